@@ -1,0 +1,160 @@
+"""Configuration of the C-GRPO trainer: TRL's `GRPOConfig` plus the conformal budget options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from .calibration import SCORES
+
+# TRL's per-row loss normalisations divide by the number of rows in a micro-batch, so any masked row left in a
+# micro-batch would shrink them; the trainer removes padded rows before the update, which keeps these exact only
+# when no filler rows are needed (one process, and every real row fits the micro-batch split).
+TOKEN_NORMALIZED_LOSSES = ("dapo", "bnpo", "cispo", "vespo")
+
+
+@dataclass
+class CGRPOConfig(GRPOConfig):
+    r"""
+    Configuration class for [`CGRPOTrainer`].
+
+    Every [`~trl.GRPOConfig`] option keeps its meaning. C-GRPO adds:
+
+    Parameters:
+        budget_grid (`list[int]`, *optional*, defaults to `[2, 4, 8, 16, 32]`):
+            Increasing per-prompt sampling budgets. Each prompt is sampled in increments along this grid and stops at
+            the first budget whose conformal prediction set is a singleton. Stored sorted.
+        num_generations (`int` or `None`, *optional*, defaults to `None`):
+            Group width seen by TRL. `None` means `max(budget_grid)`; any other value must equal it.
+        conformal_delta (`float` or `None`, *optional*, defaults to `None`):
+            Miscoverage level of the conformal sets, in (0, 1). `None` chooses it automatically at every calibration
+            from the calibration solve rate. (Named `conformal_delta` because TRL's `delta` is the two-sided clipping
+            bound of the policy loss.)
+        delta_margin (`float`, *optional*, defaults to `0.05`):
+            Margin added to `1 - solve_rate` when the delta is chosen automatically.
+        split_delta (`bool`, *optional*, defaults to `False`):
+            With automatic delta, choose delta on the first half of the calibration set and fit the thresholds on the
+            second half, so the thresholds are not fitted on the data that chose delta.
+        score (`str`, *optional*, defaults to `"aps"`):
+            Nonconformity score: `"aps"` (answer agreement; needs `answer_extractor`), `"first_success"` or
+            `"pass_rate"` (execution scores; need `verifier`).
+        recalibrate_every (`int`, *optional*, defaults to `50`):
+            Refit the thresholds with the current policy every this many optimizer steps; `0` calibrates once, before
+            the first step.
+        num_calibration_samples (`int` or `None`, *optional*, defaults to `None`):
+            Number of calibration examples used at each calibration (the first ones); `None` uses them all.
+        calibration_batch_size (`int` or `None`, *optional*, defaults to `None`):
+            Calibration prompts per generation call. `None` means `per_device_train_batch_size // max(budget_grid)`
+            (at least 1), so a calibration call has about as many rows as a training one.
+        calibration_answer_column (`str`, *optional*, defaults to `"answer"`):
+            Column of the calibration dataset holding the gold answer (used by the `"aps"` score).
+        per_device_train_batch_size (`int`, *optional*, defaults to `32`):
+            Rows per device and micro-batch, as in TRL; the default holds one full group of `max(budget_grid)`.
+    """
+
+    budget_grid: list[int] = field(
+        default_factory=lambda: [2, 4, 8, 16, 32],
+        metadata={"help": "Increasing per-prompt sampling budgets; a prompt stops at the first budget whose conformal "
+                          "prediction set is a singleton."},
+    )
+    num_generations: int | None = field(
+        default=None,
+        metadata={"help": "Group width seen by TRL. None means max(budget_grid); any other value must equal it."},
+    )
+    conformal_delta: float | None = field(
+        default=None,
+        metadata={"help": "Miscoverage level of the conformal sets in (0, 1); None chooses it automatically from the "
+                          "calibration solve rate at every calibration."},
+    )
+    delta_margin: float = field(
+        default=0.05,
+        metadata={"help": "Margin added to 1 - solve_rate when the delta is chosen automatically."},
+    )
+    split_delta: bool = field(
+        default=False,
+        metadata={"help": "With automatic delta, choose delta on the first half of the calibration set and fit the "
+                          "thresholds on the second half."},
+    )
+    score: str = field(
+        default="aps",
+        metadata={"help": "Nonconformity score: 'aps' (answer agreement), 'first_success' or 'pass_rate' (execution "
+                          "scores from a verifier)."},
+    )
+    recalibrate_every: int = field(
+        default=50,
+        metadata={"help": "Refit the thresholds every this many optimizer steps; 0 calibrates once before training."},
+    )
+    num_calibration_samples: int | None = field(
+        default=None,
+        metadata={"help": "Number of calibration examples used at each calibration; None uses the whole set."},
+    )
+    calibration_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "Calibration prompts per generation call; None means per_device_train_batch_size // "
+                          "max(budget_grid), at least 1."},
+    )
+    calibration_answer_column: str = field(
+        default="answer",
+        metadata={"help": "Calibration dataset column holding the gold answer (used by the 'aps' score)."},
+    )
+    per_device_train_batch_size: int = field(
+        default=32,
+        metadata={"help": "Rows per device and micro-batch; the default holds one full group of max(budget_grid)."},
+    )
+
+    def __post_init__(self):
+        self._validate_budget_grid()
+        if self.num_generations is None:
+            self.num_generations = self.max_budget
+        elif self.num_generations != self.max_budget:
+            raise ValueError(
+                f"num_generations ({self.num_generations}) must equal max(budget_grid) ({self.max_budget}); "
+                "leave it unset (None) to take it from the grid."
+            )
+        self._validate_conformal_options()
+        super().__post_init__()
+        if (self.per_device_train_batch_size * self.steps_per_generation) % self.max_budget:
+            raise ValueError(
+                f"per_device_train_batch_size * steps_per_generation ({self.per_device_train_batch_size} * "
+                f"{self.steps_per_generation}) must be a multiple of max(budget_grid) ({self.max_budget}) so that every "
+                "process holds whole groups; adjust the batch size."
+            )
+        if self.calibration_batch_size is None:
+            self.calibration_batch_size = max(1, self.per_device_train_batch_size // self.max_budget)
+
+    @property
+    def max_budget(self) -> int:
+        """The largest budget of the grid, which is also TRL's group width `num_generations`."""
+        return self.budget_grid[-1]
+
+    def _validate_budget_grid(self) -> None:
+        grid = list(self.budget_grid)
+        if not grid or any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in grid):
+            raise ValueError(f"budget_grid must be a non-empty list of positive integers, got {self.budget_grid!r}.")
+        if len(set(grid)) != len(grid):
+            raise ValueError(f"budget_grid must not repeat a budget, got {self.budget_grid!r}; list each one once.")
+        self.budget_grid = sorted(grid)
+        if self.max_budget < 2:
+            raise ValueError("max(budget_grid) must be at least 2, because GRPO needs two completions per group.")
+
+    def _validate_conformal_options(self) -> None:
+        if self.conformal_delta is not None and not 0.0 < self.conformal_delta < 1.0:
+            raise ValueError(f"conformal_delta must lie in (0, 1) or be None for automatic, got {self.conformal_delta}.")
+        if self.delta is not None and self.delta <= 1.0:
+            raise ValueError(
+                f"delta={self.delta} is TRL's two-sided clipping bound of the loss (it must exceed 1 + epsilon); "
+                "set the conformal miscoverage level with conformal_delta instead."
+            )
+        if not 0.0 <= self.delta_margin < 1.0:
+            raise ValueError(f"delta_margin must lie in [0, 1), got {self.delta_margin}.")
+        if self.split_delta and self.conformal_delta is not None:
+            raise ValueError("split_delta only applies to the automatic delta; set conformal_delta=None or drop split_delta.")
+        if self.score not in SCORES:
+            raise ValueError(f"score must be one of {', '.join(SCORES)}, got {self.score!r}.")
+        if self.recalibrate_every < 0:
+            raise ValueError(f"recalibrate_every must be >= 0 (0 calibrates once), got {self.recalibrate_every}.")
+        if self.num_calibration_samples is not None and self.num_calibration_samples < 1:
+            raise ValueError(f"num_calibration_samples must be a positive integer or None, got {self.num_calibration_samples}.")
+        if self.calibration_batch_size is not None and self.calibration_batch_size < 1:
+            raise ValueError(f"calibration_batch_size must be a positive integer or None, got {self.calibration_batch_size}.")

@@ -1,0 +1,472 @@
+"""`CGRPOTrainer`: TRL's `GRPOTrainer` with conformal, per-prompt rollout budgets."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from datasets import Dataset
+from tqdm.auto import tqdm
+from trl import GRPOTrainer
+
+from .calibration import Thresholds, calibration_scores, fit_thresholds, should_stop
+from .config import TOKEN_NORMALIZED_LOSSES, CGRPOConfig
+
+logger = logging.getLogger(__name__)
+
+AnswerExtractor = Callable[[str], "str | None"]
+Verifier = Callable[..., Sequence[bool]]
+
+_UNSUPPORTED_ARGUMENTS = {
+    "tools": "tool calls turn one completion into several generation rounds, which the budget increments do not model",
+    "rollout_func": "a custom rollout function owns generation, so C-GRPO cannot sample in budget increments",
+    "environment_factory": "environments own the rollout, so C-GRPO cannot sample in budget increments",
+}
+# TRL warns about every row whose rewards are all None; padded rows are such rows by design.
+_TRL_ALL_NONE_WARNING = "All reward functions returned None"
+
+
+class _DropPaddedRowWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_TRL_ALL_NONE_WARNING)
+
+
+class CGRPOTrainer(GRPOTrainer):
+    """GRPO with a per-prompt rollout budget chosen by split-conformal prediction.
+
+    Every prompt of a batch is sampled in increments along `args.budget_grid` (2, then 2 more, then 4 more, ...), one
+    generation call per increment for all prompts still active. A prompt stops at the first budget whose conformal
+    prediction set over the answers drawn so far is a single answer (score `"aps"`), or, for the execution scores, at
+    the first budget with a passing completion whose score is within the threshold. Thresholds `qhat_k`, one per
+    budget, are fitted with the current policy on `calibration_dataset` before the first optimizer step and every
+    `args.recalibrate_every` steps.
+
+    Groups stay `max(budget_grid)` wide for TRL: a prompt that stopped at `k` is padded with one-token (EOS) rows.
+    Padded rows never reach the reward functions, get a NaN reward (so TRL's NaN-aware group baseline ignores them and
+    their advantage is zero), are left out of TRL's completion statistics and completion table, and are removed from
+    the batch before the policy update, so they cost no forward or backward pass and do not enter the loss normaliser.
+
+    Args:
+        model, reward_funcs, args, train_dataset, eval_dataset, processing_class, reward_processing_classes,
+        callbacks, optimizers, peft_config:
+            As in [`~trl.GRPOTrainer`]; `args` must be a [`CGRPOConfig`].
+        calibration_dataset (`datasets.Dataset`):
+            Held-out examples the policy never trains on, with a `prompt` column and, for the `"aps"` score, the
+            column `args.calibration_answer_column`.
+        answer_extractor (`Callable[[str], str | None]`, *optional*):
+            Maps a completion's text to its final answer (None when there is none). Required for `"aps"`. Its output
+            is compared with the calibration answer after `str(...).strip()`.
+        verifier (`Callable[..., list[bool]]`, *optional*):
+            `verifier(completions=list_of_texts, **example_columns_except_prompt)` returns one pass/fail per
+            completion. Required for the execution scores `"first_success"` and `"pass_rate"`.
+        **kwargs:
+            Further [`~trl.GRPOTrainer`] arguments. `tools`, `rollout_func` and `environment_factory` are not
+            supported.
+
+    Attributes:
+        thresholds (`Thresholds | None`): the thresholds in force.
+        calibration_history (`list[dict]`): one record per calibration (step, delta, qhat, solve rate, cost).
+        cgrpo_totals (`dict[str, float]`): generated rollouts and tokens in training and calibration, groups sampled,
+            and wall-clock seconds spent in training generation and in calibration.
+    """
+
+    _tag_names = ["trl", "grpo", "cgrpo"]
+
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: CGRPOConfig | None = None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        reward_processing_classes=None,
+        callbacks=None,
+        optimizers=(None, None),
+        peft_config=None,
+        *,
+        calibration_dataset: Dataset,
+        answer_extractor: AnswerExtractor | None = None,
+        verifier: Verifier | None = None,
+        **kwargs,
+    ):
+        if not isinstance(args, CGRPOConfig):
+            raise TypeError("CGRPOTrainer needs args=CGRPOConfig(...), which carries the budget grid and conformal options.")
+        _check_supported(args, kwargs)
+        self._calibration_examples = _calibration_examples(calibration_dataset, args)
+        _check_scoring(args, answer_extractor, verifier)
+        self.answer_extractor = answer_extractor
+        self.verifier = verifier
+        self.thresholds: Thresholds | None = None
+        self.calibration_history: list[dict[str, Any]] = []
+        self.cgrpo_totals = dict.fromkeys(
+            ["train_rollouts", "train_tokens", "groups", "calibration_rollouts", "calibration_tokens",
+             "generation_s", "calibration_s"], 0.0
+        )
+        self._rng = random.Random(args.seed)
+        self._pad_mask: list[bool] | None = None
+        self._batch_examples: list[dict[str, Any]] = []
+        self._last_calibration_step: int | None = None
+        super().__init__(
+            model=model,
+            reward_funcs=[self._real_rows_only(f) for f in _as_list(reward_funcs)],
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            reward_processing_classes=reward_processing_classes,
+            callbacks=callbacks,
+            optimizers=optimizers,
+            peft_config=peft_config,
+            **kwargs,
+        )
+        if self._is_vlm:
+            raise NotImplementedError(
+                "CGRPOTrainer supports text-only models: vision-language inputs are not split into budget increments."
+            )
+
+    # ------------------------------------------------------------------ TRL hooks
+    # Why: calibration must run with the current policy right before the batch it serves, and the padded rows must
+    # leave the batch after TRL has used them for its group-shaped advantage computation.
+    def _generate_and_score_completions(self, inputs):
+        if not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        if self._calibration_due():
+            self.calibrate()
+        self._batch_examples = inputs
+        try:
+            output = super()._generate_and_score_completions(inputs)
+            return self._drop_padded_rows(output)
+        finally:
+            self._pad_mask = None
+
+    # Why: TRL draws all G completions of a group in one call; C-GRPO draws them in budget increments and stops each
+    # prompt early. Evaluation generation passes through untouched.
+    def _generate(self, prompts: list):
+        if not self.model.training:
+            return super()._generate(prompts)
+        start = time.perf_counter()
+        result = self._generate_with_budgets(prompts)
+        self.cgrpo_totals["generation_s"] += time.perf_counter() - start
+        return result
+
+    # Why: padded rows must carry a NaN reward whatever the reward function (a reward model scores any text), and
+    # TRL's warning about rows without a reward would fire for every padded row.
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if self._pad_mask is None:
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        trl_logger = logging.getLogger(GRPOTrainer.__module__)
+        quiet = _DropPaddedRowWarning()
+        trl_logger.addFilter(quiet)
+        try:
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        finally:
+            trl_logger.removeFilter(quiet)
+        padded = self.accelerator.gather(torch.tensor(self._pad_mask, device=rewards.device))
+        rewards[padded] = torch.nan
+        if torch.isnan(rewards[~padded]).all(dim=1).any():
+            logger.warning("%s for some real completions; they get no advantage.", _TRL_ALL_NONE_WARNING)
+        return rewards
+
+    # ------------------------------------------------------------------ calibration
+    def calibrate(self) -> Thresholds:
+        """Fit one threshold per budget with the current policy on the calibration set, and put them in force."""
+        start = time.perf_counter()
+        budget, grid = self.args.max_budget, self.args.budget_grid
+        size = self.args.calibration_batch_size
+        examples = self._calibration_examples
+        outcomes, rollouts, tokens = [], 0, 0
+        batches = range(0, len(examples), size)
+        for first in tqdm(batches, desc="C-GRPO calibration", disable=not self.accelerator.is_main_process, leave=False):
+            batch = examples[first : first + size]
+            _, completion_ids, completions = self._generate_rows([ex["prompt"] for ex in batch for _ in range(budget)], budget)
+            rollouts += len(completion_ids)
+            tokens += sum(len(ids) for ids in completion_ids)
+            for j, example in enumerate(batch):
+                outcomes.append(self._outcomes(completions[j * budget : (j + 1) * budget], example))
+        golds = [str(ex[self.args.calibration_answer_column]).strip() for ex in examples] if self.args.score == "aps" else None
+        scores = calibration_scores(self.args.score, grid, outcomes, golds, self._rng)
+        self.thresholds = fit_thresholds(scores, self.args.conformal_delta, self.args.delta_margin, self.args.split_delta)
+        self._record_calibration(rollouts, tokens, time.perf_counter() - start)
+        return self.thresholds
+
+    def _calibration_due(self) -> bool:
+        if self._last_calibration_step is None:
+            return True
+        every = self.args.recalibrate_every
+        return every > 0 and self.state.global_step - self._last_calibration_step >= every
+
+    def _record_calibration(self, rollouts: int, tokens: int, seconds: float) -> None:
+        self._last_calibration_step = self.state.global_step
+        self.cgrpo_totals["calibration_rollouts"] += rollouts
+        self.cgrpo_totals["calibration_tokens"] += tokens
+        self.cgrpo_totals["calibration_s"] += seconds
+        record = {"step": self.state.global_step, **self.thresholds.to_dict(), "rollouts": rollouts,
+                  "tokens": tokens, "wall_s": seconds}
+        self.calibration_history.append(record)
+        logger.info("C-GRPO calibration at step %d: delta=%.3f qhat=%s", record["step"], record["delta"], record["qhat"])
+
+    # ------------------------------------------------------------------ sampling in budget increments
+    def _generate_with_budgets(self, prompts: list):
+        width, grid = self.args.max_budget, self.args.budget_grid
+        group_prompts, examples = prompts[::width], self._batch_examples[::width]
+        rows: list[list[tuple]] = [[] for _ in group_prompts]
+        outcomes: list[list] = [[] for _ in group_prompts]
+        active, drawn = list(range(len(group_prompts))), 0
+        for k in grid:
+            if not active:
+                break
+            step = k - drawn
+            prompt_ids, completion_ids, completions = self._generate_rows(
+                [group_prompts[i] for i in active for _ in range(step)], step
+            )
+            for j, i in enumerate(active):
+                part = slice(j * step, (j + 1) * step)
+                rows[i].extend(zip(prompt_ids[part], completion_ids[part], completions[part]))
+                outcomes[i].extend(self._outcomes(completions[part], examples[i]))
+            drawn = k
+            if k < width:
+                active = [i for i in active if not should_stop(self.args.score, k, self.thresholds.qhat[k], outcomes[i], self._rng)]
+        return self._pad_groups(rows)
+
+    def _generate_rows(self, prompts: list, per_prompt: int):
+        """One TRL generation call whose prompts repeat `per_prompt` times each; TRL's own bookkeeping is undone.
+
+        TRL's `_generate` logs completion statistics and counts tokens for the batch it is given; C-GRPO calls it
+        once per increment (and for calibration), so it restores that bookkeeping and logs real rows itself.
+        Setting `num_generations` to the increment makes TRL (any version) lay out and request the rows as it does
+        for a group of that width, which is what its vLLM helper expects.
+        """
+        metrics = self._metrics["train"]
+        saved = {key: list(values) for key, values in metrics.items()}
+        tokens_seen, width = self.state.num_input_tokens_seen, self.num_generations
+        self.num_generations = per_prompt
+        try:
+            prompt_ids, completion_ids, _, completions, *_ = super()._generate(prompts)
+        finally:
+            self.num_generations = width
+            self.state.num_input_tokens_seen = tokens_seen
+            metrics.clear()
+            metrics.update(saved)
+        return prompt_ids, completion_ids, completions
+
+    def _outcomes(self, completions: list, example: dict[str, Any]) -> list:
+        texts = [_completion_text(c) for c in completions]
+        if self.args.score == "aps":
+            return [_normalise_answer(self.answer_extractor(text)) for text in texts]
+        columns = {key: value for key, value in example.items() if key != "prompt"}
+        passes = list(self.verifier(completions=texts, **columns))
+        if len(passes) != len(texts):
+            raise ValueError(f"verifier returned {len(passes)} results for {len(texts)} completions; return one bool per completion.")
+        return [bool(p) for p in passes]
+
+    def _pad_groups(self, rows: list[list[tuple]]):
+        width = self.args.max_budget
+        eos = self._eos_ids[0]
+        prompt_ids, completion_ids, completions, pad_mask = [], [], [], []
+        for group in rows:
+            empty = "" if isinstance(group[0][2], str) else [{"role": "assistant", "content": ""}]
+            padding = [(group[0][0], [eos], empty)] * (width - len(group))
+            for p_ids, c_ids, text in group + padding:
+                prompt_ids.append(p_ids)
+                completion_ids.append(c_ids)
+                completions.append(text)
+            pad_mask.extend([False] * len(group) + [True] * len(padding))
+        self._pad_mask = pad_mask
+        self._log_budget_metrics([len(group) for group in rows], prompt_ids, completion_ids)
+        # TRL's `_generate` contract: prompt ids, completion ids, tool mask, completions, sampling logprobs,
+        # extra fields, images, tool images. Sampling logprobs are only kept by the vLLM path (issue: multi-backend).
+        return prompt_ids, completion_ids, None, completions, None, {}, None, []
+
+    @property
+    def _eos_ids(self) -> list[int]:
+        # TRL < 1.15 knows only the tokenizer's EOS; newer releases add the generation config's.
+        return getattr(self, "eos_token_ids", [self._tokenizer.eos_token_id])
+
+    # ------------------------------------------------------------------ after TRL's scoring
+    def _drop_padded_rows(self, output: dict[str, Any]) -> dict[str, Any]:
+        """Remove padded rows, keeping only as many masked filler rows as TRL's micro-batch split needs."""
+        padded = torch.tensor(self._pad_mask)
+        self._drop_padded_from_logs(self.accelerator.gather(padded.to(self.accelerator.device)).cpu())
+        real, pads = (~padded).nonzero().squeeze(1), padded.nonzero().squeeze(1)
+        fillers = pads[: (-len(real)) % self.args.steps_per_generation]
+        index = torch.cat([real, fillers]).to(self.accelerator.device)
+        rows = len(padded)
+        kept = {
+            key: value[index] if torch.is_tensor(value) and value.dim() > 0 and value.size(0) == rows else value
+            for key, value in output.items()
+        }
+        kept["completion_mask"][len(real) :] = 0
+        kept["num_items_in_batch"] = self.accelerator.gather(kept["completion_mask"].sum()).sum()
+        return kept
+
+    def _drop_padded_from_logs(self, padded: torch.Tensor) -> None:
+        rows = len(padded)
+        columns = [self._logs["prompt"], self._logs["completion"], self._logs["advantages"],
+                   *self._logs["rewards"].values(), *self._logs["extra"].values()]
+        for column in columns:
+            if len(column) < rows:
+                continue
+            latest = [column.pop() for _ in range(rows)][::-1]
+            column.extend(value for value, pad in zip(latest, padded.tolist()) if not pad)
+
+    def _log_budget_metrics(self, kept: list[int], prompt_ids: list, completion_ids: list) -> None:
+        device, width = self.accelerator.device, self.args.max_budget
+        real = [i for i, pad in enumerate(self._pad_mask) if not pad]
+        ks = self.accelerator.gather(torch.tensor(kept, device=device)).float()
+        lengths = self.accelerator.gather(torch.tensor([len(completion_ids[i]) for i in real], device=device))
+        prompt_tokens = self.accelerator.gather(torch.tensor([len(prompt_ids[i]) for i in real], device=device)).sum()
+        eos_and_pad = [*self._eos_ids, self._tokenizer.pad_token_id]
+        truncated = self.accelerator.gather(torch.tensor([completion_ids[i][-1] not in eos_and_pad for i in real], device=device))
+        self.cgrpo_totals["train_rollouts"] += ks.sum().item()
+        self.cgrpo_totals["train_tokens"] += lengths.sum().item()
+        self.cgrpo_totals["groups"] += len(ks)
+        self.state.num_input_tokens_seen += (prompt_tokens + lengths.sum()).item()
+        metrics = self._metrics["train"]
+        metrics["num_tokens"] = [self.state.num_input_tokens_seen]
+        _log_length_stats(metrics, lengths.float(), truncated)
+        metrics["cgrpo/mean_k"].append(ks.mean().item())
+        metrics["cgrpo/rollout_savings"].append(1.0 - ks.sum().item() / (len(ks) * width))
+        metrics["cgrpo/rollouts_generated"].append(ks.sum().item())
+        metrics["cgrpo/tokens_generated"].append(lengths.sum().item())
+        metrics["cgrpo/delta"].append(self.thresholds.delta)
+        metrics["cgrpo/calibration_solve_rate"].append(self.thresholds.solve_rate)
+        metrics["cgrpo/calibration_rollouts"].append(self.cgrpo_totals["calibration_rollouts"])
+        for k, qhat in self.thresholds.qhat.items():
+            metrics[f"cgrpo/qhat_{k}"].append(qhat)
+
+    # ------------------------------------------------------------------ reward functions see real rows only
+    def _real_rows_only(self, func):
+        """Wrap a reward function so that padded rows never reach it; they get None, which TRL turns into NaN."""
+        if isinstance(func, (str, torch.nn.Module)):
+            return func
+
+        def call(prompts, completions, completion_ids, **kwargs):
+            pad = self._pad_mask
+            if pad is None or not any(pad):
+                return None, func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+            keep = [i for i, p in enumerate(pad) if not p]
+            pick = functools.partial(_pick_rows, keep=keep, rows=len(pad))
+            if "log_extra" in kwargs:
+                kwargs["log_extra"] = _scatter_log_extra(kwargs["log_extra"], keep, len(pad))
+            sub = {key: pick(value) for key, value in kwargs.items()}
+            return keep, func(prompts=pick(prompts), completions=pick(completions), completion_ids=pick(completion_ids), **sub)
+
+        def scatter(keep, out):
+            if keep is None:
+                return out
+            out = list(out)
+            if len(out) != len(keep):
+                raise ValueError(f"reward function {func.__name__} returned {len(out)} rewards for {len(keep)} completions; return one per completion.")
+            full = [None] * len(self._pad_mask)
+            for i, reward in zip(keep, out):
+                full[i] = reward
+            return full
+
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def wrapped_async(prompts, completions, completion_ids, **kwargs):
+                keep, pending = call(prompts, completions, completion_ids, **kwargs)
+                return scatter(keep, await pending)
+
+            return wrapped_async
+
+        @functools.wraps(func)
+        def wrapped(prompts, completions, completion_ids, **kwargs):
+            return scatter(*call(prompts, completions, completion_ids, **kwargs))
+
+        return wrapped
+
+
+# ---------------------------------------------------------------------- helpers
+def _as_list(reward_funcs) -> list:
+    if reward_funcs is None:
+        raise ValueError("CGRPOTrainer needs reward_funcs: pass at least one reward function or reward model.")
+    return list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+
+
+def _check_supported(args: CGRPOConfig, kwargs: dict[str, Any]) -> None:
+    for name, why in _UNSUPPORTED_ARGUMENTS.items():
+        if kwargs.get(name) is not None:
+            raise NotImplementedError(f"CGRPOTrainer does not support {name}: {why}.")
+    if args.world_size > 1:
+        raise NotImplementedError(
+            "CGRPOTrainer runs in a single process for now: multi-process generation would need the budget "
+            "increments in lockstep across ranks; launch one process."
+        )
+    if args.loss_type not in TOKEN_NORMALIZED_LOSSES and args.steps_per_generation != 1:
+        raise NotImplementedError(
+            f"loss_type={args.loss_type!r} normalises per row, which stays exact only when the whole generation batch "
+            f"is one micro-batch; use steps_per_generation=1 or a token-normalised loss ({', '.join(TOKEN_NORMALIZED_LOSSES)})."
+        )
+
+
+def _calibration_examples(dataset: Dataset, args: CGRPOConfig) -> list[dict[str, Any]]:
+    if dataset is None or len(dataset) == 0:
+        raise ValueError("calibration_dataset is required and must not be empty: pass held-out examples the policy never trains on.")
+    if "prompt" not in dataset.column_names:
+        raise ValueError(f"calibration_dataset needs a 'prompt' column; it has {dataset.column_names}.")
+    if args.score == "aps" and args.calibration_answer_column not in dataset.column_names:
+        raise ValueError(
+            f"calibration_dataset has no column {args.calibration_answer_column!r} for the gold answers; add it or set "
+            "calibration_answer_column."
+        )
+    size = len(dataset) if args.num_calibration_samples is None else args.num_calibration_samples
+    if size > len(dataset):
+        raise ValueError(f"num_calibration_samples ({size}) exceeds the calibration set ({len(dataset)} examples); lower it or pass more examples.")
+    return [dict(row) for row in dataset.select(range(size))]
+
+
+def _check_scoring(args: CGRPOConfig, answer_extractor, verifier) -> None:
+    if args.score == "aps" and answer_extractor is None:
+        raise ValueError("score='aps' needs answer_extractor(text) -> str | None to compare answers; pass one.")
+    if args.score != "aps" and verifier is None:
+        raise ValueError(f"score={args.score!r} needs verifier(completions=..., **columns) -> list[bool]; pass one.")
+
+
+def _normalise_answer(answer) -> str | None:
+    if answer is None:
+        return None
+    answer = str(answer).strip()
+    return answer or None
+
+
+def _completion_text(completion) -> str:
+    if isinstance(completion, str):
+        return completion
+    return "".join(m["content"] for m in completion if isinstance(m.get("content"), str))
+
+
+def _pick_rows(value, keep: list[int], rows: int):
+    if isinstance(value, list) and len(value) == rows:
+        return [value[i] for i in keep]
+    return value
+
+
+def _scatter_log_extra(log_extra, keep: list[int], rows: int):
+    def scattered(column: str, values: list):
+        full = [None] * rows
+        for i, value in zip(keep, values):
+            full[i] = value
+        log_extra(column, full)
+
+    return scattered
+
+
+def _log_length_stats(metrics, lengths: torch.Tensor, truncated: torch.Tensor) -> None:
+    """TRL's completion-length statistics, over real completions only."""
+    metrics["completions/mean_length"].append(lengths.mean().item())
+    metrics["completions/min_length"].append(lengths.min().item())
+    metrics["completions/max_length"].append(lengths.max().item())
+    metrics["completions/clipped_ratio"].append(truncated.float().mean().item())
+    terminated = lengths[~truncated] if (~truncated).any() else torch.zeros(1)
+    metrics["completions/mean_terminated_length"].append(terminated.mean().item())
+    metrics["completions/min_terminated_length"].append(terminated.min().item())
+    metrics["completions/max_terminated_length"].append(terminated.max().item())

@@ -1,0 +1,209 @@
+"""CGRPOTrainer on a tiny random model: stopping, padding, calibration schedule, metrics and argument checks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from cgrpo import CGRPOConfig, CGRPOTrainer
+
+GRID = [2, 4, 8]
+
+
+def _data(n: int, offset: int = 0) -> Dataset:
+    return Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(offset, offset + n)],
+                              "answer": [str(2 * i) for i in range(offset, offset + n)]})
+
+
+def _length_reward(completions, **kwargs):
+    return [float(len(c) % 2) for c in completions]
+
+
+def _config(tmp_path, **overrides) -> CGRPOConfig:
+    options = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=GRID, per_device_train_batch_size=16,
+                   max_completion_length=6, max_steps=2, logging_steps=1, report_to=[], save_strategy="no",
+                   recalibrate_every=0, seed=0)
+    options.update(overrides)
+    return CGRPOConfig(**options)
+
+
+def _trainer(model_dir, tmp_path, extractor=lambda text: "1", reward=_length_reward, **overrides) -> CGRPOTrainer:
+    score = overrides.get("score", "aps")
+    scoring = {"answer_extractor": extractor} if score == "aps" else {"verifier": overrides.pop("verifier")}
+    return CGRPOTrainer(model=model_dir, reward_funcs=reward, args=_config(tmp_path, **overrides),
+                        train_dataset=_data(32), calibration_dataset=_data(4, offset=100), **scoring)
+
+
+def _generation_batch(trainer: CGRPOTrainer, prompts: int = 2) -> list[dict]:
+    rows = [dict(row) for row in _data(prompts)]
+    return [row for row in rows for _ in range(trainer.args.max_budget)]
+
+
+def _score_batch(trainer: CGRPOTrainer, prompts: int = 2) -> dict:
+    trainer.model.train()
+    return trainer._generate_and_score_completions(_generation_batch(trainer, prompts))
+
+
+def test_agreeing_answers_stop_at_first_budget_and_padding_leaves_the_batch(tiny_model_dir, tmp_path):
+    seen_rows = []
+
+    def reward(completions, **kwargs):
+        seen_rows.append(len(completions))
+        return [1.0] * len(completions)
+
+    trainer = _trainer(tiny_model_dir, tmp_path, reward=reward)
+    output = _score_batch(trainer, prompts=2)
+    assert trainer.thresholds.qhat[2] <= 1.0
+    # Two prompts stop at k=2: four real rows survive; the 12 padded rows never reach the reward function.
+    assert output["completion_ids"].size(0) == 4
+    assert seen_rows == [4]
+    assert output["num_items_in_batch"].item() == output["completion_mask"].sum().item()
+    assert trainer._metrics["train"]["cgrpo/mean_k"] == [2.0]
+    assert trainer._metrics["train"]["cgrpo/rollout_savings"] == [pytest.approx(0.75)]
+    assert len(trainer._logs["completion"]) == 4
+
+
+def test_filler_rows_are_masked_and_have_zero_advantage(tiny_model_dir, tmp_path):
+    # Three prompts stopping at k=2 leave 6 real rows; a 4-way micro-batch split needs 2 masked fillers.
+    trainer = _trainer(tiny_model_dir, tmp_path, per_device_train_batch_size=6, steps_per_generation=4)
+    output = _score_batch(trainer, prompts=3)
+    assert output["completion_ids"].size(0) == 8
+    assert output["completion_mask"][6:].sum().item() == 0
+    assert torch.all(output["advantages"][6:] == 0)
+    assert output["num_items_in_batch"].item() == output["completion_mask"][:6].sum().item()
+
+
+def test_failed_extractions_give_unit_thresholds_and_full_budgets(tiny_model_dir, tmp_path):
+    trainer = _trainer(tiny_model_dir, tmp_path, extractor=lambda text: None)
+    output = _score_batch(trainer, prompts=2)
+    assert trainer.thresholds.qhat == {2: 1.0, 4: 1.0, 8: 1.0}
+    assert output["completion_ids"].size(0) == 16
+    assert trainer._metrics["train"]["cgrpo/mean_k"] == [8.0]
+    assert trainer._metrics["train"]["cgrpo/rollout_savings"] == [0.0]
+
+
+def test_always_passing_verifier_gives_one_over_k_thresholds(tiny_model_dir, tmp_path):
+    calls = []
+
+    def verifier(completions, answer):
+        calls.append(answer)
+        return [True] * len(completions)
+
+    trainer = _trainer(tiny_model_dir, tmp_path, score="first_success", verifier=verifier)
+    output = _score_batch(trainer, prompts=2)
+    assert trainer.thresholds.qhat == {k: pytest.approx(1 / k) for k in GRID}
+    assert output["completion_ids"].size(0) == 4
+    assert calls[:4] == ["200", "202", "204", "206"]  # calibration examples first, with their own columns
+
+
+def test_each_increment_is_one_generation_call(tiny_model_dir, tmp_path, monkeypatch):
+    sizes = []
+    original = GRPOTrainer._generate
+
+    def spy(self, prompts):
+        sizes.append(len(prompts))
+        return original(self, prompts)
+
+    monkeypatch.setattr(GRPOTrainer, "_generate", spy)
+    trainer = _trainer(tiny_model_dir, tmp_path, extractor=lambda text: None, num_calibration_samples=2,
+                       calibration_batch_size=2)
+    _score_batch(trainer, prompts=2)
+    # One calibration call (2 prompts x 8), then increments of 2, 2 and 4 completions for both prompts.
+    assert sizes == [16, 4, 4, 8]
+
+
+def test_recalibrates_exactly_at_configured_steps_and_logs_every_metric(tiny_model_dir, tmp_path):
+    trainer = _trainer(tiny_model_dir, tmp_path, recalibrate_every=2, max_steps=5)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    assert [record["step"] for record in trainer.calibration_history] == [0, 2, 4]
+    logged = set().union(*(entry.keys() for entry in trainer.state.log_history))
+    expected = {"cgrpo/mean_k", "cgrpo/rollout_savings", "cgrpo/delta", "cgrpo/calibration_solve_rate",
+                "cgrpo/calibration_rollouts", *(f"cgrpo/qhat_{k}" for k in GRID)}
+    assert expected <= logged
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    assert trainer.cgrpo_totals["calibration_rollouts"] == 3 * 4 * 8
+
+
+def test_calibrates_once_when_recalibrate_every_is_zero(tiny_model_dir, tmp_path):
+    trainer = _trainer(tiny_model_dir, tmp_path, recalibrate_every=0, max_steps=3)
+    trainer.train()
+    assert [record["step"] for record in trainer.calibration_history] == [0]
+
+
+def test_same_seed_same_training_metrics(tiny_model_dir, tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        trainer = _trainer(tiny_model_dir, tmp_path / name, extractor=lambda text: text[:1] or None, max_steps=2)
+        trainer.train()
+        runs.append([{k: v for k, v in e.items() if k.startswith("cgrpo/")} for e in trainer.state.log_history])
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"budget_grid": [4, 4]}, "repeat"),
+        ({"budget_grid": [0, 2]}, "positive integers"),
+        ({"budget_grid": []}, "non-empty"),
+        ({"budget_grid": [1]}, "at least 2"),
+        ({"num_generations": 16}, "must equal max"),
+        ({"conformal_delta": 1.5}, "conformal_delta"),
+        ({"delta": 0.1}, "conformal_delta"),
+        ({"delta_margin": -0.1}, "delta_margin"),
+        ({"split_delta": True, "conformal_delta": 0.2}, "split_delta"),
+        ({"score": "oracle"}, "score must be one of"),
+        ({"recalibrate_every": -1}, "recalibrate_every"),
+        ({"num_calibration_samples": 0}, "num_calibration_samples"),
+        ({"calibration_batch_size": 0}, "calibration_batch_size"),
+        ({"per_device_train_batch_size": 12}, "divisible by num_generations"),
+    ],
+)
+def test_invalid_config_values_raise(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        _config(tmp_path, **overrides)
+
+
+def test_config_defaults(tmp_path):
+    config = CGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=[8, 2, 4, 32, 16])
+    assert config.budget_grid == [2, 4, 8, 16, 32]
+    assert config.num_generations == 32
+    assert config.per_device_train_batch_size == 32
+    assert config.calibration_batch_size == 1
+    assert config.conformal_delta is None and config.recalibrate_every == 50 and config.score == "aps"
+
+
+def test_invalid_trainer_arguments_raise(tiny_model_dir, tmp_path):
+    args = _config(tmp_path)
+    common = dict(model=tiny_model_dir, reward_funcs=_length_reward, args=args, train_dataset=_data(8))
+    with pytest.raises(TypeError, match="CGRPOConfig"):
+        CGRPOTrainer(**{**common, "args": GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)}, calibration_dataset=_data(2),
+                     answer_extractor=str)
+    with pytest.raises(ValueError, match="answer_extractor"):
+        CGRPOTrainer(**common, calibration_dataset=_data(2))
+    with pytest.raises(ValueError, match="'prompt' column"):
+        CGRPOTrainer(**common, calibration_dataset=Dataset.from_dict({"text": ["a"]}), answer_extractor=str)
+    with pytest.raises(ValueError, match="no column 'answer'"):
+        CGRPOTrainer(**common, calibration_dataset=Dataset.from_dict({"prompt": ["a"]}), answer_extractor=str)
+    with pytest.raises(ValueError, match="must not be empty"):
+        CGRPOTrainer(**common, calibration_dataset=_data(0), answer_extractor=str)
+    with pytest.raises(NotImplementedError, match="tools"):
+        CGRPOTrainer(**common, calibration_dataset=_data(2), answer_extractor=str, tools=[len])
+    with pytest.raises(NotImplementedError, match="rollout_func"):
+        CGRPOTrainer(**common, calibration_dataset=_data(2), answer_extractor=str, rollout_func=lambda p, t: {})
+    with pytest.raises(ValueError, match="verifier"):
+        CGRPOTrainer(**{**common, "args": _config(tmp_path, score="pass_rate")}, calibration_dataset=_data(2))
+    with pytest.raises(ValueError, match="exceeds the calibration set"):
+        CGRPOTrainer(**{**common, "args": _config(tmp_path, num_calibration_samples=5)}, calibration_dataset=_data(2),
+                     answer_extractor=str)
+    with pytest.raises(NotImplementedError, match="normalises per row"):
+        CGRPOTrainer(**{**common, "args": _config(tmp_path, loss_type="grpo", steps_per_generation=2)},
+                     calibration_dataset=_data(2), answer_extractor=str)
+
+
+def test_verifier_of_wrong_length_is_an_error(tiny_model_dir, tmp_path):
+    trainer = _trainer(tiny_model_dir, tmp_path, score="pass_rate", verifier=lambda completions, **kw: [True])
+    with pytest.raises(ValueError, match="one bool per completion"):
+        _score_batch(trainer)
