@@ -207,3 +207,18 @@ def test_verifier_of_wrong_length_is_an_error(tiny_model_dir, tmp_path):
     trainer = _trainer(tiny_model_dir, tmp_path, score="pass_rate", verifier=lambda completions, **kw: [True])
     with pytest.raises(ValueError, match="one bool per completion"):
         _score_batch(trainer)
+
+
+def test_initial_thresholds_replace_the_first_calibration(tiny_model_dir, tmp_path):
+    from cgrpo.calibration import Thresholds
+
+    given = Thresholds(delta=0.2, qhat={2: 0.5, 4: 0.5, 8: 0.5}, solve_rate=0.9, n_calibration=4)
+    trainer = CGRPOTrainer(model=tiny_model_dir, reward_funcs=_length_reward, args=_config(tmp_path, recalibrate_every=2,
+                           max_steps=3), train_dataset=_data(32), calibration_dataset=_data(4, offset=100),
+                           answer_extractor=lambda text: "1", initial_thresholds=given)
+    trainer.train()
+    assert [record["step"] for record in trainer.calibration_history] == [2]
+    with pytest.raises(ValueError, match="same grid"):
+        CGRPOTrainer(model=tiny_model_dir, reward_funcs=_length_reward, args=_config(tmp_path), train_dataset=_data(8),
+                     calibration_dataset=_data(2), answer_extractor=str,
+                     initial_thresholds=Thresholds(delta=0.2, qhat={2: 0.5}, solve_rate=0.9, n_calibration=4))

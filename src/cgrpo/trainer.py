@@ -63,6 +63,9 @@ class CGRPOTrainer(GRPOTrainer):
         answer_extractor (`Callable[[str], str | None]`, *optional*):
             Maps a completion's text to its final answer (None when there is none). Required for `"aps"`. Its output
             is compared with the calibration answer after `str(...).strip()`.
+        initial_thresholds (`Thresholds`, *optional*):
+            Thresholds already fitted for the initial policy (one per budget of the grid); they replace the
+            calibration before the first step, whose cost the caller then accounts for.
         verifier (`Callable[..., list[bool]]`, *optional*):
             `verifier(completions=list_of_texts, **example_columns_except_prompt)` returns one pass/fail per
             completion. Required for the execution scores `"first_success"` and `"pass_rate"`.
@@ -95,6 +98,7 @@ class CGRPOTrainer(GRPOTrainer):
         calibration_dataset: Dataset,
         answer_extractor: AnswerExtractor | None = None,
         verifier: Verifier | None = None,
+        initial_thresholds: Thresholds | None = None,
         **kwargs,
     ):
         if not isinstance(args, CGRPOConfig):
@@ -104,7 +108,7 @@ class CGRPOTrainer(GRPOTrainer):
         _check_scoring(args, answer_extractor, verifier)
         self.answer_extractor = answer_extractor
         self.verifier = verifier
-        self.thresholds: Thresholds | None = None
+        self.thresholds: Thresholds | None = _check_initial_thresholds(initial_thresholds, args)
         self.calibration_history: list[dict[str, Any]] = []
         self.cgrpo_totals = dict.fromkeys(
             ["train_rollouts", "train_tokens", "groups", "calibration_rollouts", "calibration_tokens",
@@ -113,7 +117,8 @@ class CGRPOTrainer(GRPOTrainer):
         self._rng = random.Random(args.seed)
         self._pad_mask: list[bool] | None = None
         self._batch_examples: list[dict[str, Any]] = []
-        self._last_calibration_step: int | None = None
+        # Thresholds fitted beforehand (say by a pipeline step) stand in for the calibration before the first step.
+        self._last_calibration_step: int | None = None if initial_thresholds is None else 0
         super().__init__(
             model=model,
             reward_funcs=[self._real_rows_only(f) for f in _as_list(reward_funcs)],
@@ -179,6 +184,17 @@ class CGRPOTrainer(GRPOTrainer):
     def calibrate(self) -> Thresholds:
         """Fit one threshold per budget with the current policy on the calibration set, and put them in force."""
         start = time.perf_counter()
+        scores, rollouts, tokens = self.score_calibration_set()
+        self.thresholds = fit_thresholds(scores, self.args.conformal_delta, self.args.delta_margin, self.args.split_delta)
+        self._record_calibration(rollouts, tokens, time.perf_counter() - start)
+        return self.thresholds
+
+    def score_calibration_set(self) -> tuple[dict[int, list[float]], int, int]:
+        """Sample max(budget_grid) completions per calibration example with the current policy and score them.
+
+        Returns the nonconformity scores per budget (one per example), and the rollouts and completion tokens the
+        sampling generated.
+        """
         budget, grid = self.args.max_budget, self.args.budget_grid
         size = self.args.calibration_batch_size
         examples = self._calibration_examples
@@ -192,10 +208,7 @@ class CGRPOTrainer(GRPOTrainer):
             for j, example in enumerate(batch):
                 outcomes.append(self._outcomes(completions[j * budget : (j + 1) * budget], example))
         golds = [str(ex[self.args.calibration_answer_column]).strip() for ex in examples] if self.args.score == "aps" else None
-        scores = calibration_scores(self.args.score, grid, outcomes, golds, self._rng)
-        self.thresholds = fit_thresholds(scores, self.args.conformal_delta, self.args.delta_margin, self.args.split_delta)
-        self._record_calibration(rollouts, tokens, time.perf_counter() - start)
-        return self.thresholds
+        return calibration_scores(self.args.score, grid, outcomes, golds, self._rng), rollouts, tokens
 
     def _calibration_due(self) -> bool:
         if self._last_calibration_step is None:
@@ -406,6 +419,15 @@ def _check_supported(args: CGRPOConfig, kwargs: dict[str, Any]) -> None:
             f"loss_type={args.loss_type!r} normalises per row, which stays exact only when the whole generation batch "
             f"is one micro-batch; use steps_per_generation=1 or a token-normalised loss ({', '.join(TOKEN_NORMALIZED_LOSSES)})."
         )
+
+
+def _check_initial_thresholds(thresholds: Thresholds | None, args: CGRPOConfig) -> Thresholds | None:
+    if thresholds is not None and sorted(thresholds.qhat) != args.budget_grid:
+        raise ValueError(
+            f"initial_thresholds cover budgets {sorted(thresholds.qhat)} but budget_grid is {args.budget_grid}; "
+            "fit them for the same grid."
+        )
+    return thresholds
 
 
 def _calibration_examples(dataset: Dataset, args: CGRPOConfig) -> list[dict[str, Any]]:
