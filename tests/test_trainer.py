@@ -198,9 +198,6 @@ def test_invalid_trainer_arguments_raise(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="exceeds the calibration set"):
         CGRPOTrainer(**{**common, "args": _config(tmp_path, num_calibration_samples=5)}, calibration_dataset=_data(2),
                      answer_extractor=str)
-    with pytest.raises(NotImplementedError, match="normalises per row"):
-        CGRPOTrainer(**{**common, "args": _config(tmp_path, loss_type="grpo", steps_per_generation=2)},
-                     calibration_dataset=_data(2), answer_extractor=str)
 
 
 def test_verifier_of_wrong_length_is_an_error(tiny_model_dir, tmp_path):

@@ -8,9 +8,8 @@ from trl import GRPOConfig
 
 from .calibration import SCORES
 
-# TRL's per-row loss normalisations divide by the number of rows in a micro-batch, so any masked row left in a
-# micro-batch would shrink them; the trainer removes padded rows before the update, which keeps these exact only
-# when no filler rows are needed (one process, and every real row fits the micro-batch split).
+# Loss types TRL normalises by tokens: masked filler rows leave them exact as they are. The others (grpo, sapo,
+# luspo, dr_grpo) normalise by rows, and the trainer reweights them (see `CGRPOTrainer.compute_loss`).
 TOKEN_NORMALIZED_LOSSES = ("dapo", "bnpo", "cispo", "vespo")
 
 

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import inspect
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 from datasets import Dataset
 from tqdm.auto import tqdm
 from trl import GRPOTrainer
 
 from .calibration import Thresholds, calibration_scores, fit_thresholds, should_stop
 from .config import TOKEN_NORMALIZED_LOSSES, CGRPOConfig
+from .padding import drop_padded_from_logs, keep_rows, log_length_stats, real_rows_only
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ _TRL_ALL_NONE_WARNING = "All reward functions returned None"
 
 class _DropPaddedRowWarning(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(_TRL_ALL_NONE_WARNING)
+        return _TRL_ALL_NONE_WARNING not in str(record.msg)
 
 
 class CGRPOTrainer(GRPOTrainer):
@@ -51,7 +51,11 @@ class CGRPOTrainer(GRPOTrainer):
     Groups stay `max(budget_grid)` wide for TRL: a prompt that stopped at `k` is padded with one-token (EOS) rows.
     Padded rows never reach the reward functions, get a NaN reward (so TRL's NaN-aware group baseline ignores them and
     their advantage is zero), are left out of TRL's completion statistics and completion table, and are removed from
-    the batch before the policy update, so they cost no forward or backward pass and do not enter the loss normaliser.
+    the batch before the policy update, so they cost no forward or backward pass and do not enter any loss normaliser.
+
+    With several processes, every process holds whole groups, the increments run in lockstep (a process with fewer
+    active prompts generates throwaway rows so that collective generation backends stay in step), and calibration is
+    split across processes and gathered, so that every process fits the same thresholds.
 
     Args:
         model, reward_funcs, args, train_dataset, eval_dataset, processing_class, reward_processing_classes,
@@ -63,12 +67,12 @@ class CGRPOTrainer(GRPOTrainer):
         answer_extractor (`Callable[[str], str | None]`, *optional*):
             Maps a completion's text to its final answer (None when there is none). Required for `"aps"`. Its output
             is compared with the calibration answer after `str(...).strip()`.
-        initial_thresholds (`Thresholds`, *optional*):
-            Thresholds already fitted for the initial policy (one per budget of the grid); they replace the
-            calibration before the first step, whose cost the caller then accounts for.
         verifier (`Callable[..., list[bool]]`, *optional*):
             `verifier(completions=list_of_texts, **example_columns_except_prompt)` returns one pass/fail per
             completion. Required for the execution scores `"first_success"` and `"pass_rate"`.
+        initial_thresholds (`Thresholds`, *optional*):
+            Thresholds already fitted for the initial policy (one per budget of the grid); they replace the
+            calibration before the first step, whose cost the caller then accounts for.
         **kwargs:
             Further [`~trl.GRPOTrainer`] arguments. `tools`, `rollout_func` and `environment_factory` are not
             supported.
@@ -76,8 +80,8 @@ class CGRPOTrainer(GRPOTrainer):
     Attributes:
         thresholds (`Thresholds | None`): the thresholds in force.
         calibration_history (`list[dict]`): one record per calibration (step, delta, qhat, solve rate, cost).
-        cgrpo_totals (`dict[str, float]`): generated rollouts and tokens in training and calibration, groups sampled,
-            and wall-clock seconds spent in training generation and in calibration.
+        cgrpo_totals (`dict[str, float]`): generated rollouts and tokens in training and calibration (all processes),
+            groups sampled, throwaway lockstep rollouts, and seconds spent in training generation and calibration.
     """
 
     _tag_names = ["trl", "grpo", "cgrpo"]
@@ -103,7 +107,7 @@ class CGRPOTrainer(GRPOTrainer):
     ):
         if not isinstance(args, CGRPOConfig):
             raise TypeError("CGRPOTrainer needs args=CGRPOConfig(...), which carries the budget grid and conformal options.")
-        _check_supported(args, kwargs)
+        _check_supported(kwargs)
         self._calibration_examples = _calibration_examples(calibration_dataset, args)
         _check_scoring(args, answer_extractor, verifier)
         self.answer_extractor = answer_extractor
@@ -111,17 +115,16 @@ class CGRPOTrainer(GRPOTrainer):
         self.thresholds: Thresholds | None = _check_initial_thresholds(initial_thresholds, args)
         self.calibration_history: list[dict[str, Any]] = []
         self.cgrpo_totals = dict.fromkeys(
-            ["train_rollouts", "train_tokens", "groups", "calibration_rollouts", "calibration_tokens",
-             "generation_s", "calibration_s"], 0.0
+            ["train_rollouts", "train_tokens", "groups", "lockstep_rollouts", "calibration_rollouts",
+             "calibration_tokens", "generation_s", "calibration_s"], 0.0
         )
-        self._rng = random.Random(args.seed)
         self._pad_mask: list[bool] | None = None
         self._batch_examples: list[dict[str, Any]] = []
         # Thresholds fitted beforehand (say by a pipeline step) stand in for the calibration before the first step.
         self._last_calibration_step: int | None = None if initial_thresholds is None else 0
         super().__init__(
             model=model,
-            reward_funcs=[self._real_rows_only(f) for f in _as_list(reward_funcs)],
+            reward_funcs=[real_rows_only(f, lambda: self._pad_mask) for f in _as_list(reward_funcs)],
             args=args,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
@@ -136,6 +139,9 @@ class CGRPOTrainer(GRPOTrainer):
             raise NotImplementedError(
                 "CGRPOTrainer supports text-only models: vision-language inputs are not split into budget increments."
             )
+        # Stopping decisions are local to each process; calibration draws come from a per-calibration seed instead,
+        # so that every process scores the gathered calibration set identically.
+        self._rng = random.Random(f"{args.seed}-sampling-{self.accelerator.process_index}")
 
     # ------------------------------------------------------------------ TRL hooks
     # Why: calibration must run with the current policy right before the batch it serves, and the padded rows must
@@ -180,6 +186,24 @@ class CGRPOTrainer(GRPOTrainer):
             logger.warning("%s for some real completions; they get no advantage.", _TRL_ALL_NONE_WARNING)
         return rewards
 
+    # Why: TRL's per-row loss normalisations (grpo, sapo, luspo, dr_grpo) divide by the rows of a micro-batch, so the
+    # masked filler rows that keep micro-batches equal across processes would shrink them. Scaling the advantages and
+    # the KL coefficient by rows / (expected real rows) restores the mean over real rows exactly: both loss terms are
+    # linear in these factors, fillers are fully masked, and the token-normalised entropy bonus is left untouched.
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        real_rows = inputs.get("num_real_rows")
+        if real_rows is None or self.loss_type in TOKEN_NORMALIZED_LOSSES:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        rows = inputs["advantages"].size(0) * self.accelerator.num_processes * self.args.steps_per_generation
+        weight = rows / real_rows.item()
+        beta = self.beta
+        self.beta = beta * weight
+        try:
+            scaled = {**inputs, "advantages": inputs["advantages"] * weight}
+            return super().compute_loss(model, scaled, return_outputs, num_items_in_batch)
+        finally:
+            self.beta = beta
+
     # ------------------------------------------------------------------ calibration
     def calibrate(self) -> Thresholds:
         """Fit one threshold per budget with the current policy on the calibration set, and put them in force."""
@@ -192,23 +216,30 @@ class CGRPOTrainer(GRPOTrainer):
     def score_calibration_set(self) -> tuple[dict[int, list[float]], int, int]:
         """Sample max(budget_grid) completions per calibration example with the current policy and score them.
 
-        Returns the nonconformity scores per budget (one per example), and the rollouts and completion tokens the
-        sampling generated.
+        Each process samples its share of the examples; the outcomes are gathered and scored identically on every
+        process. Returns the nonconformity scores per budget (one per example, in order), and the rollouts and
+        completion tokens generated by all processes.
         """
-        budget, grid = self.args.max_budget, self.args.budget_grid
-        size = self.args.calibration_batch_size
+        budget, size = self.args.max_budget, self.args.calibration_batch_size
         examples = self._calibration_examples
-        outcomes, rollouts, tokens = [], 0, 0
-        batches = range(0, len(examples), size)
-        for first in tqdm(batches, desc="C-GRPO calibration", disable=not self.accelerator.is_main_process, leave=False):
-            batch = examples[first : first + size]
-            _, completion_ids, completions = self._generate_rows([ex["prompt"] for ex in batch for _ in range(budget)], budget)
-            rollouts += len(completion_ids)
+        processes, rank = self.accelerator.num_processes, self.accelerator.process_index
+        mine = list(range(rank, len(examples), processes))
+        batches = math.ceil(math.ceil(len(examples) / processes) / size)
+        outcomes, tokens = {}, 0
+        for b in tqdm(range(batches), desc="C-GRPO calibration", disable=not self.accelerator.is_main_process, leave=False):
+            chosen = mine[b * size : (b + 1) * size]
+            prompts = [examples[i]["prompt"] for i in chosen for _ in range(budget)]
+            _, completion_ids, completions, _ = self._generate_rows(prompts, budget, examples[0]["prompt"])
             tokens += sum(len(ids) for ids in completion_ids)
-            for j, example in enumerate(batch):
-                outcomes.append(self._outcomes(completions[j * budget : (j + 1) * budget], example))
+            for j, i in enumerate(chosen):
+                outcomes[i] = self._outcomes(completions[j * budget : (j + 1) * budget], examples[i])
+        for part in gather_object([outcomes]):
+            outcomes.update(part)
+        ordered = [outcomes[i] for i in range(len(examples))]
         golds = [str(ex[self.args.calibration_answer_column]).strip() for ex in examples] if self.args.score == "aps" else None
-        return calibration_scores(self.args.score, grid, outcomes, golds, self._rng), rollouts, tokens
+        rng = random.Random(f"{self.args.seed}-calibration-{self.state.global_step}")
+        scores = calibration_scores(self.args.score, self.args.budget_grid, ordered, golds, rng)
+        return scores, len(examples) * budget, sum(gather_object([tokens]))
 
     def _calibration_due(self) -> bool:
         if self._last_calibration_step is None:
@@ -234,41 +265,50 @@ class CGRPOTrainer(GRPOTrainer):
         outcomes: list[list] = [[] for _ in group_prompts]
         active, drawn = list(range(len(group_prompts))), 0
         for k in grid:
-            if not active:
+            if not self._any_process_has(len(active)):
                 break
             step = k - drawn
-            prompt_ids, completion_ids, completions = self._generate_rows(
-                [group_prompts[i] for i in active for _ in range(step)], step
-            )
+            increment = [group_prompts[i] for i in active for _ in range(step)]
+            generated = self._generate_rows(increment, step, group_prompts[0])
             for j, i in enumerate(active):
                 part = slice(j * step, (j + 1) * step)
-                rows[i].extend(zip(prompt_ids[part], completion_ids[part], completions[part]))
-                outcomes[i].extend(self._outcomes(completions[part], examples[i]))
+                rows[i].extend(zip(*(column[part] for column in generated)))
+                outcomes[i].extend(self._outcomes(generated[2][part], examples[i]))
             drawn = k
             if k < width:
-                active = [i for i in active if not should_stop(self.args.score, k, self.thresholds.qhat[k], outcomes[i], self._rng)]
+                qhat = self.thresholds.qhat[k]
+                active = [i for i in active if not should_stop(self.args.score, k, qhat, outcomes[i], self._rng)]
         return self._pad_groups(rows)
 
-    def _generate_rows(self, prompts: list, per_prompt: int):
-        """One TRL generation call whose prompts repeat `per_prompt` times each; TRL's own bookkeeping is undone.
+    def _generate_rows(self, prompts: list, per_prompt: int, throwaway_prompt):
+        """One TRL generation call whose prompts repeat `per_prompt` times each; returns ids, texts and logprobs.
 
-        TRL's `_generate` logs completion statistics and counts tokens for the batch it is given; C-GRPO calls it
-        once per increment (and for calibration), so it restores that bookkeeping and logs real rows itself.
-        Setting `num_generations` to the increment makes TRL (any version) lay out and request the rows as it does
-        for a group of that width, which is what its vLLM helper expects.
+        Every process makes the call with the same number of rows (the largest share, topped up with throwaway
+        copies of `throwaway_prompt`), because TRL gathers per-row statistics and vLLM's server mode batches all
+        processes' requests. Setting `num_generations` to the increment makes TRL (any version) lay out and request
+        the rows as for a group of that width, which is what its vLLM helper expects. TRL's own bookkeeping of the
+        call (completion statistics, token count) is undone: C-GRPO logs the real rows itself.
         """
+        rows = len(prompts)
+        most = int(self.accelerator.gather(torch.tensor([rows], device=self.accelerator.device)).max().item())
+        self.cgrpo_totals["lockstep_rollouts"] += most - rows
         metrics = self._metrics["train"]
         saved = {key: list(values) for key, values in metrics.items()}
         tokens_seen, width = self.state.num_input_tokens_seen, self.num_generations
         self.num_generations = per_prompt
         try:
-            prompt_ids, completion_ids, _, completions, *_ = super()._generate(prompts)
+            output = super()._generate(prompts + [throwaway_prompt] * (most - rows))
         finally:
             self.num_generations = width
             self.state.num_input_tokens_seen = tokens_seen
             metrics.clear()
             metrics.update(saved)
-        return prompt_ids, completion_ids, completions
+        prompt_ids, completion_ids, _, completions, logprobs = output[:5]
+        logprobs = [None] * len(completion_ids) if logprobs is None else logprobs
+        return prompt_ids[:rows], completion_ids[:rows], completions[:rows], logprobs[:rows]
+
+    def _any_process_has(self, count: int) -> bool:
+        return self.accelerator.gather(torch.tensor([count], device=self.accelerator.device)).sum().item() > 0
 
     def _outcomes(self, completions: list, example: dict[str, Any]) -> list:
         texts = [_completion_text(c) for c in completions]
@@ -281,22 +321,25 @@ class CGRPOTrainer(GRPOTrainer):
         return [bool(p) for p in passes]
 
     def _pad_groups(self, rows: list[list[tuple]]):
-        width = self.args.max_budget
-        eos = self._eos_ids[0]
-        prompt_ids, completion_ids, completions, pad_mask = [], [], [], []
+        """Pad every group to the full width with one-token EOS rows, in TRL's `_generate` return layout."""
+        width, eos = self.args.max_budget, self._eos_ids[0]
+        sampled_logprobs = rows[0][0][3] is not None
+        prompt_ids, completion_ids, completions, logprobs, pad_mask = [], [], [], [], []
         for group in rows:
             empty = "" if isinstance(group[0][2], str) else [{"role": "assistant", "content": ""}]
-            padding = [(group[0][0], [eos], empty)] * (width - len(group))
-            for p_ids, c_ids, text in group + padding:
+            # A NaN sampling logprob gives a padded row an importance-sampling ratio of exactly 1 in TRL.
+            padding = [(group[0][0], [eos], empty, [math.nan])] * (width - len(group))
+            for p_ids, c_ids, completion, lps in group + padding:
                 prompt_ids.append(p_ids)
                 completion_ids.append(c_ids)
-                completions.append(text)
+                completions.append(completion)
+                logprobs.append(lps)
             pad_mask.extend([False] * len(group) + [True] * len(padding))
         self._pad_mask = pad_mask
         self._log_budget_metrics([len(group) for group in rows], prompt_ids, completion_ids)
-        # TRL's `_generate` contract: prompt ids, completion ids, tool mask, completions, sampling logprobs,
-        # extra fields, images, tool images. Sampling logprobs are only kept by the vLLM path (issue: multi-backend).
-        return prompt_ids, completion_ids, None, completions, None, {}, None, []
+        # TRL's `_generate` returns: prompt ids, completion ids, tool mask, completions, sampling logprobs (vLLM only),
+        # extra fields, images, tool images.
+        return prompt_ids, completion_ids, None, completions, logprobs if sampled_logprobs else None, {}, None, []
 
     @property
     def _eos_ids(self) -> list[int]:
@@ -305,46 +348,39 @@ class CGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ after TRL's scoring
     def _drop_padded_rows(self, output: dict[str, Any]) -> dict[str, Any]:
-        """Remove padded rows, keeping only as many masked filler rows as TRL's micro-batch split needs."""
+        """Remove padded rows, keeping only the masked filler rows that equal micro-batches need.
+
+        Every process keeps the same number of rows (the largest real-row count, rounded up to a multiple of
+        `steps_per_generation`), because TRL gathers per-row loss statistics and splits the batch evenly.
+        """
+        device = self.accelerator.device
         padded = torch.tensor(self._pad_mask)
-        self._drop_padded_from_logs(self.accelerator.gather(padded.to(self.accelerator.device)).cpu())
+        drop_padded_from_logs(self._logs, self.accelerator.gather(padded.to(device)).tolist())
         real, pads = (~padded).nonzero().squeeze(1), padded.nonzero().squeeze(1)
-        fillers = pads[: (-len(real)) % self.args.steps_per_generation]
-        index = torch.cat([real, fillers]).to(self.accelerator.device)
-        rows = len(padded)
-        kept = {
-            key: value[index] if torch.is_tensor(value) and value.dim() > 0 and value.size(0) == rows else value
-            for key, value in output.items()
-        }
+        real_counts = self.accelerator.gather(torch.tensor([len(real)], device=device))
+        split = self.args.steps_per_generation
+        needed = math.ceil(real_counts.max().item() / split) * split
+        kept = keep_rows(output, torch.cat([real, pads[: needed - len(real)]]).to(device), len(padded))
         kept["completion_mask"][len(real) :] = 0
         kept["num_items_in_batch"] = self.accelerator.gather(kept["completion_mask"].sum()).sum()
+        kept["num_real_rows"] = real_counts.sum()
         return kept
-
-    def _drop_padded_from_logs(self, padded: torch.Tensor) -> None:
-        rows = len(padded)
-        columns = [self._logs["prompt"], self._logs["completion"], self._logs["advantages"],
-                   *self._logs["rewards"].values(), *self._logs["extra"].values()]
-        for column in columns:
-            if len(column) < rows:
-                continue
-            latest = [column.pop() for _ in range(rows)][::-1]
-            column.extend(value for value, pad in zip(latest, padded.tolist()) if not pad)
 
     def _log_budget_metrics(self, kept: list[int], prompt_ids: list, completion_ids: list) -> None:
         device, width = self.accelerator.device, self.args.max_budget
         real = [i for i, pad in enumerate(self._pad_mask) if not pad]
         ks = self.accelerator.gather(torch.tensor(kept, device=device)).float()
-        lengths = self.accelerator.gather(torch.tensor([len(completion_ids[i]) for i in real], device=device))
-        prompt_tokens = self.accelerator.gather(torch.tensor([len(prompt_ids[i]) for i in real], device=device)).sum()
+        lengths = torch.tensor(sum(gather_object([[len(completion_ids[i]) for i in real]]), []), dtype=torch.float)
         eos_and_pad = [*self._eos_ids, self._tokenizer.pad_token_id]
-        truncated = self.accelerator.gather(torch.tensor([completion_ids[i][-1] not in eos_and_pad for i in real], device=device))
+        truncated = torch.tensor(sum(gather_object([[completion_ids[i][-1] not in eos_and_pad for i in real]]), []))
+        prompt_tokens = sum(gather_object([sum(len(prompt_ids[i]) for i in real)]))
         self.cgrpo_totals["train_rollouts"] += ks.sum().item()
         self.cgrpo_totals["train_tokens"] += lengths.sum().item()
         self.cgrpo_totals["groups"] += len(ks)
-        self.state.num_input_tokens_seen += (prompt_tokens + lengths.sum()).item()
+        self.state.num_input_tokens_seen += prompt_tokens + int(lengths.sum().item())
         metrics = self._metrics["train"]
         metrics["num_tokens"] = [self.state.num_input_tokens_seen]
-        _log_length_stats(metrics, lengths.float(), truncated)
+        log_length_stats(metrics, lengths, truncated)
         metrics["cgrpo/mean_k"].append(ks.mean().item())
         metrics["cgrpo/rollout_savings"].append(1.0 - ks.sum().item() / (len(ks) * width))
         metrics["cgrpo/rollouts_generated"].append(ks.sum().item())
@@ -355,48 +391,6 @@ class CGRPOTrainer(GRPOTrainer):
         for k, qhat in self.thresholds.qhat.items():
             metrics[f"cgrpo/qhat_{k}"].append(qhat)
 
-    # ------------------------------------------------------------------ reward functions see real rows only
-    def _real_rows_only(self, func):
-        """Wrap a reward function so that padded rows never reach it; they get None, which TRL turns into NaN."""
-        if isinstance(func, (str, torch.nn.Module)):
-            return func
-
-        def call(prompts, completions, completion_ids, **kwargs):
-            pad = self._pad_mask
-            if pad is None or not any(pad):
-                return None, func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
-            keep = [i for i, p in enumerate(pad) if not p]
-            pick = functools.partial(_pick_rows, keep=keep, rows=len(pad))
-            if "log_extra" in kwargs:
-                kwargs["log_extra"] = _scatter_log_extra(kwargs["log_extra"], keep, len(pad))
-            sub = {key: pick(value) for key, value in kwargs.items()}
-            return keep, func(prompts=pick(prompts), completions=pick(completions), completion_ids=pick(completion_ids), **sub)
-
-        def scatter(keep, out):
-            if keep is None:
-                return out
-            out = list(out)
-            if len(out) != len(keep):
-                raise ValueError(f"reward function {func.__name__} returned {len(out)} rewards for {len(keep)} completions; return one per completion.")
-            full = [None] * len(self._pad_mask)
-            for i, reward in zip(keep, out):
-                full[i] = reward
-            return full
-
-        if inspect.iscoroutinefunction(func):
-            @functools.wraps(func)
-            async def wrapped_async(prompts, completions, completion_ids, **kwargs):
-                keep, pending = call(prompts, completions, completion_ids, **kwargs)
-                return scatter(keep, await pending)
-
-            return wrapped_async
-
-        @functools.wraps(func)
-        def wrapped(prompts, completions, completion_ids, **kwargs):
-            return scatter(*call(prompts, completions, completion_ids, **kwargs))
-
-        return wrapped
-
 
 # ---------------------------------------------------------------------- helpers
 def _as_list(reward_funcs) -> list:
@@ -405,20 +399,10 @@ def _as_list(reward_funcs) -> list:
     return list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
 
 
-def _check_supported(args: CGRPOConfig, kwargs: dict[str, Any]) -> None:
+def _check_supported(kwargs: dict[str, Any]) -> None:
     for name, why in _UNSUPPORTED_ARGUMENTS.items():
         if kwargs.get(name) is not None:
             raise NotImplementedError(f"CGRPOTrainer does not support {name}: {why}.")
-    if args.world_size > 1:
-        raise NotImplementedError(
-            "CGRPOTrainer runs in a single process for now: multi-process generation would need the budget "
-            "increments in lockstep across ranks; launch one process."
-        )
-    if args.loss_type not in TOKEN_NORMALIZED_LOSSES and args.steps_per_generation != 1:
-        raise NotImplementedError(
-            f"loss_type={args.loss_type!r} normalises per row, which stays exact only when the whole generation batch "
-            f"is one micro-batch; use steps_per_generation=1 or a token-normalised loss ({', '.join(TOKEN_NORMALIZED_LOSSES)})."
-        )
 
 
 def _check_initial_thresholds(thresholds: Thresholds | None, args: CGRPOConfig) -> Thresholds | None:
@@ -464,31 +448,3 @@ def _completion_text(completion) -> str:
     if isinstance(completion, str):
         return completion
     return "".join(m["content"] for m in completion if isinstance(m.get("content"), str))
-
-
-def _pick_rows(value, keep: list[int], rows: int):
-    if isinstance(value, list) and len(value) == rows:
-        return [value[i] for i in keep]
-    return value
-
-
-def _scatter_log_extra(log_extra, keep: list[int], rows: int):
-    def scattered(column: str, values: list):
-        full = [None] * rows
-        for i, value in zip(keep, values):
-            full[i] = value
-        log_extra(column, full)
-
-    return scattered
-
-
-def _log_length_stats(metrics, lengths: torch.Tensor, truncated: torch.Tensor) -> None:
-    """TRL's completion-length statistics, over real completions only."""
-    metrics["completions/mean_length"].append(lengths.mean().item())
-    metrics["completions/min_length"].append(lengths.min().item())
-    metrics["completions/max_length"].append(lengths.max().item())
-    metrics["completions/clipped_ratio"].append(truncated.float().mean().item())
-    terminated = lengths[~truncated] if (~truncated).any() else torch.zeros(1)
-    metrics["completions/mean_terminated_length"].append(terminated.mean().item())
-    metrics["completions/min_terminated_length"].append(terminated.min().item())
-    metrics["completions/max_terminated_length"].append(terminated.max().item())

@@ -1,0 +1,44 @@
+"""Two CPU processes (gloo) train C-GRPO in lockstep and agree on thresholds and metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parent / "distributed" / "train_two_ranks.py"
+
+
+@pytest.fixture(scope="module")
+def ranks(tiny_model_dir, tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("two-ranks")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(SCRIPT), tiny_model_dir, str(out)]
+    result = subprocess.run(command, env=env, cwd=out, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+
+def test_both_ranks_train_and_hold_identical_thresholds(ranks):
+    assert [rank["world_size"] for rank in ranks] == [2, 2]
+    fitted = [[{k: v for k, v in c.items() if k != "wall_s"} for c in rank["calibrations"]] for rank in ranks]
+    assert fitted[0] == fitted[1]
+    assert [c["step"] for c in ranks[0]["calibrations"]] == [0, 2]
+
+
+def test_logged_budget_metrics_count_both_ranks_groups(ranks):
+    for step, logged in enumerate(ranks[0]["mean_k"]):
+        groups = ranks[0]["local_ks"][step] + ranks[1]["local_ks"][step]
+        assert logged == pytest.approx(sum(groups) / len(groups))
+    assert ranks[0]["mean_k"] == ranks[1]["mean_k"]
+    totals = [rank["totals"] for rank in ranks]
+    assert totals[0]["groups"] == totals[1]["groups"] == 2 * 2 * 3  # 2 ranks x 2 groups x 3 steps
+    all_ks = [k for rank in ranks for step in rank["local_ks"] for k in step]
+    assert totals[0]["train_rollouts"] == totals[1]["train_rollouts"] == sum(all_ks)
+    # The verifier passes exactly the even prompts, which stop at the first budget; the others use all 8.
+    assert set(all_ks) <= {2, 8}

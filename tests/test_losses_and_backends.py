@@ -1,0 +1,135 @@
+"""Padding leaves no trace in the update: every TRL loss type exactly, and the vLLM path with a fake backend."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from trl import GRPOTrainer
+
+from test_trainer import _score_batch, _trainer
+
+LOSS_TYPES = ["grpo", "dapo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"]
+PER_ROW_LOSSES = {"grpo", "sapo", "luspo", "dr_grpo"}
+
+
+def _gradient(loss_fn, trainer, inputs) -> torch.Tensor:
+    trainer.model.zero_grad()
+    loss_fn(trainer.model, inputs).backward()
+    return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+
+
+def _with_fillers(batch: dict, fillers: int) -> dict:
+    """The batch plus masked filler rows, as `_drop_padded_rows` leaves them for equal micro-batches."""
+    rows = batch["advantages"].size(0)
+    index = torch.cat([torch.arange(rows), torch.zeros(fillers, dtype=torch.long)])
+    padded = {k: v[index] if torch.is_tensor(v) and v.dim() > 0 and v.size(0) == rows else v for k, v in batch.items()}
+    padded["completion_mask"][rows:] = 0
+    padded["advantages"][rows:] = 0
+    return padded
+
+
+@pytest.fixture(scope="module", params=[0.0, 0.04], ids=["beta0", "beta0.04"])
+def scored(request, tiny_model_dir, tmp_path_factory):
+    trainer = _trainer(tiny_model_dir, tmp_path_factory.mktemp("loss"), extractor=lambda text: "1",
+                       per_device_train_batch_size=24, beta=request.param, max_completion_length=8)
+    trainer.current_gradient_accumulation_steps = 1
+    batch = _score_batch(trainer, prompts=3)
+    assert batch["advantages"].abs().sum() > 0  # a batch without signal would make every gradient equal
+    return trainer, batch
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_padding_gradient_equals_unpadded_gradient(scored, loss_type):
+    trainer, batch = scored
+    trainer.loss_type = loss_type
+    real_only = {k: v for k, v in batch.items() if k != "num_real_rows"}
+    padded = _with_fillers(batch, fillers=2)
+    reference = _gradient(lambda m, x: GRPOTrainer.compute_loss(trainer, m, x), trainer, real_only)
+    ours = _gradient(trainer.compute_loss, trainer, padded)
+    torch.testing.assert_close(ours, reference, rtol=0, atol=1e-6)
+    if loss_type in PER_ROW_LOSSES:
+        # Without the reweighting, TRL's row-normalised losses shrink by real rows / all rows.
+        plain = _gradient(lambda m, x: GRPOTrainer.compute_loss(trainer, m, x), trainer,
+                          {k: v for k, v in padded.items() if k != "num_real_rows"})
+        torch.testing.assert_close(plain, reference * 6 / 8, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
+def test_row_normalised_losses_train_with_filler_rows(tiny_model_dir, tmp_path, loss_type):
+    trainer = _trainer(tiny_model_dir, tmp_path, loss_type=loss_type, per_device_train_batch_size=6,
+                       steps_per_generation=4, max_steps=4)
+    trainer.train()
+    assert all(math.isfinite(entry.get("loss", 0.0)) for entry in trainer.state.log_history)
+
+
+class FakeVLLM:
+    """Stands in for TRL's vLLM helper: records each request and returns fixed completions with logprobs."""
+
+    def __init__(self):
+        self.requests: list[tuple[int, int]] = []
+
+    def sync_weights(self):
+        pass
+
+    def generate(self, prompts, images, num_generations, profiler=None):
+        self.requests.append((len(prompts), num_generations))
+        completion_ids = [[5, 6, 1] for _ in prompts]
+        logprobs = [[[-0.5] for _ in ids] for ids in completion_ids]
+        return prompts, completion_ids, logprobs, None
+
+
+def _vllm_trainer(model_dir, tmp_path, **overrides):
+    trainer = _trainer(model_dir, tmp_path, **overrides)
+    trainer.use_vllm = True
+    trainer.vllm_generation = FakeVLLM()
+    trainer.vllm_importance_sampling_correction = True
+    trainer._last_loaded_step = 0
+    return trainer
+
+
+def test_vllm_requests_one_call_per_increment_with_grouped_rows(tiny_model_dir, tmp_path):
+    trainer = _vllm_trainer(tiny_model_dir, tmp_path, extractor=lambda text: None, num_calibration_samples=2,
+                            calibration_batch_size=2)
+    _score_batch(trainer, prompts=2)
+    # Calibration asks for 8 samples of 2 prompts; then increments of 2, 2 and 4 samples for both prompts.
+    assert trainer.vllm_generation.requests == [(16, 8), (4, 2), (4, 2), (8, 4)]
+
+
+def test_vllm_padded_rows_get_unit_importance_ratio(tiny_model_dir, tmp_path):
+    # Three prompts stop at k=2; steps_per_generation=4 keeps two padded rows as masked fillers.
+    trainer = _vllm_trainer(tiny_model_dir, tmp_path, extractor=lambda text: "1", per_device_train_batch_size=6,
+                            steps_per_generation=4)
+    batch = _score_batch(trainer, prompts=3)
+    ratio = batch["importance_sampling_ratio"]
+    assert ratio.size(0) == 8
+    assert torch.all(ratio[6:] == 1.0)
+    assert torch.all(torch.isnan(batch["sampling_per_token_logps"][6:, 0]))
+    assert torch.all(batch["sampling_per_token_logps"][:6, :3] == -0.5)
+
+
+def test_padded_rows_leave_completion_statistics(tiny_model_dir, tmp_path):
+    trainer = _vllm_trainer(tiny_model_dir, tmp_path, extractor=lambda text: "1")
+    _score_batch(trainer, prompts=2)
+    metrics = trainer._metrics["train"]
+    # Every real completion is the fake's three tokens; one-token padded rows would pull the minimum to 1.
+    assert metrics["completions/min_length"] == [3.0]
+    assert metrics["completions/mean_length"] == [3.0]
+    assert metrics["completions/clipped_ratio"] == [0.0]
+    assert set(trainer._logs["completion"]) != {""} and len(trainer._logs["completion"]) == 4
+
+
+def test_reward_functions_see_real_rows_only(tiny_model_dir, tmp_path):
+    seen = []
+
+    def reward(completions, completion_ids, answer, **kwargs):
+        seen.append((len(completions), len(completion_ids), len(answer)))
+        kwargs["log_extra"]("length", [len(c) for c in completion_ids])
+        return [1.0] * len(completions)
+
+    trainer = _vllm_trainer(tiny_model_dir, tmp_path, extractor=lambda text: "1", reward=reward)
+    _score_batch(trainer, prompts=2)
+    assert seen == [(4, 4, 4)]
+    assert list(trainer._logs["extra"]["length"]) == [3, 3, 3, 3]
+
