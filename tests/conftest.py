@@ -39,3 +39,18 @@ def build_tiny_model(path, seed: int = 0) -> str:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+# Settings for a bootstrap that takes seconds: far too small to learn arithmetic, but it exercises every step.
+TINY_BOOTSTRAP = dict(
+    seed=0, num_examples=64, batch_size=16, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+    warmup_steps=0,
+)
+
+
+@pytest.fixture(scope="session")
+def bootstrapped_model_dir(tmp_path_factory):
+    """A base model built by `cgrpo.bootstrap.bootstrap_base_model` on a tiny budget."""
+    from cgrpo.bootstrap import bootstrap_base_model
+
+    return bootstrap_base_model(tmp_path_factory.mktemp("bootstrapped-model"), **TINY_BOOTSTRAP)

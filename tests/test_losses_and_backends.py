@@ -133,3 +133,19 @@ def test_reward_functions_see_real_rows_only(tiny_model_dir, tmp_path):
     assert seen == [(4, 4, 4)]
     assert list(trainer._logs["extra"]["length"]) == [3, 3, 3, 3]
 
+
+
+def test_wrapped_reward_functions_keep_their_names(tiny_model_dir, tmp_path):
+    import functools
+
+    def correctness(completions, scale, **kwargs):
+        return [scale] * len(completions)
+
+    trainer = _trainer(tiny_model_dir, tmp_path, reward=[functools.partial(correctness, scale=1.0), _named_reward])
+    assert trainer.reward_func_names == ["correctness", "_named_reward"]
+    _score_batch(trainer)
+    assert {"rewards/correctness/mean", "rewards/_named_reward/mean"} <= set(trainer._metrics["train"])
+
+
+def _named_reward(completions, **kwargs):
+    return [0.0] * len(completions)

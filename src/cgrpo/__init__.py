@@ -1,8 +1,19 @@
 """C-GRPO: conformal, per-prompt rollout budgets for GRPO post-training with TRL."""
 
-from .config import CGRPOConfig
-from .trainer import CGRPOTrainer
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
 __all__ = ["CGRPOConfig", "CGRPOTrainer", "__version__"]
+
+# TRL takes seconds to import; loading the trainer on first use keeps the pure modules (conformal, metrics,
+# reporting) and the pipeline's table and plot steps fast.
+_LAZY = {"CGRPOConfig": "cgrpo.config", "CGRPOTrainer": "cgrpo.trainer"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'cgrpo' has no attribute {name!r}")

@@ -47,18 +47,24 @@ def real_rows_only(func, pad_mask: Callable[[], Sequence[bool] | None]):
         return _scatter(rewards, keep, rows)
 
     if inspect.iscoroutinefunction(func):
-        @functools.wraps(func)
         async def wrapped_async(prompts, completions, completion_ids, **kwargs):
             layout, pending = call(prompts, completions, completion_ids, **kwargs)
             return scatter(layout, await pending)
 
-        return wrapped_async
+        return _named_like(wrapped_async, func)
 
-    @functools.wraps(func)
     def wrapped(prompts, completions, completion_ids, **kwargs):
         return scatter(*call(prompts, completions, completion_ids, **kwargs))
 
-    return wrapped
+    return _named_like(wrapped, func)
+
+
+def _named_like(wrapper, func):
+    # TRL names a reward function's metrics after it (`rewards/<name>/mean`); a `functools.partial` has no
+    # `__name__`, so the name of the function it binds is used, as TRL does.
+    functools.update_wrapper(wrapper, func)
+    wrapper.__name__ = getattr(func, "__name__", None) or getattr(func, "func", func).__name__
+    return wrapper
 
 
 def drop_padded_from_logs(logs: dict, padded: Sequence[bool]) -> None:

@@ -1,0 +1,120 @@
+"""Evaluate one model on the eval split: fixed-k accuracy, conformal dynamic k and per-budget coverage.
+
+The conformal thresholds are calibrated on the calibration split with the evaluated model itself, then applied to
+prefixes of the same eval samples that the fixed-k metrics use.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from . import metrics
+from .calibration import Thresholds, calibration_scores, fit_thresholds
+from .sampling import generate_completions
+from .splits import load_split
+from .tasks import get_task
+
+
+def evaluate_model(spec: dict[str, Any], out_path: str | Path) -> None:
+    """Evaluate `spec["model"]` and write every metric as JSON to `out_path` (see the README's output section)."""
+    settings = _settings(spec)
+    start = time.perf_counter()
+    task = get_task(spec["task"]["name"], **spec["task"].get("options", {}))
+    model = AutoModelForCausalLM.from_pretrained(spec["model"]).eval()
+    tokenizer = AutoTokenizer.from_pretrained(spec["model"], padding_side="left")
+    eval_set = task.to_prompt_dataset(load_split(spec["splits"], "eval"))
+    calibration_set = task.to_prompt_dataset(load_split(spec["splits"], "calibration"))
+    sample = _sampler(model, tokenizer, settings, spec["seed"])
+    eval_golds, calibration_golds = list(eval_set["answer"]), list(calibration_set["answer"])
+    greedy = [task.extract(texts[0]) for texts in sample(eval_set["prompt"], greedy=True)]
+    eval_answers = _answers(task, sample(eval_set["prompt"]))
+    calibration_answers = _answers(task, sample(calibration_set["prompt"]))
+    record = {"run": spec["run"], "eval_greedy_acc": metrics.greedy_accuracy(greedy, eval_golds)}
+    record.update(fixed_k_metrics(eval_answers, eval_golds, settings["budget_grid"]))
+    record.update(conformal_metrics(eval_answers, eval_golds, calibration_answers, calibration_golds, settings,
+                                    random.Random(spec["seed"])))
+    record["eval_wall_s"] = time.perf_counter() - start
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_path).write_text(json.dumps(record, indent=1) + "\n")
+
+
+def fixed_k_metrics(answers: list[list[str | None]], golds: list[str], grid: list[int]) -> dict[str, Any]:
+    """maj@k and pass@k for every budget of the grid, and mean single-sample accuracy over all samples."""
+    correct = [metrics.correct_flags(row, gold) for row, gold in zip(answers, golds)]
+    largest = max(grid)
+    return {
+        "eval_maj_acc": metrics.maj_at_k(answers, golds, largest),
+        "maj_at_k": {k: metrics.maj_at_k(answers, golds, k) for k in grid},
+        "pass_at_k": {k: metrics.mean_pass_at_k(correct, k) for k in grid},
+        "mean_at_k": metrics.mean_accuracy(correct),
+    }
+
+
+def conformal_metrics(answers, golds, calibration_answers, calibration_golds, settings, rng: random.Random):
+    """Conformal dynamic k and coverage, for the automatic delta and for each fixed delta of the settings."""
+    grid = settings["budget_grid"]
+    calibration = calibration_scores("aps", grid, calibration_answers, calibration_golds, rng)
+    eval_scores = calibration_scores("aps", grid, answers, golds, rng)
+    conformal, coverage = [], []
+    for mode, thresholds in _threshold_sets(calibration, settings).items():
+        summary = metrics.dynamic_k_summary("aps", grid, thresholds.qhat, answers, rng, golds)
+        post = metrics.post_selection_coverage(eval_scores, thresholds.qhat, summary["chosen_k"])
+        conformal.append({"delta_mode": mode, "delta": thresholds.delta, "n_calibration": thresholds.n_calibration,
+                          "qhat": thresholds.qhat, "accuracy": summary["accuracy"], "mean_k": summary["mean_k"],
+                          "histogram": summary["histogram"], "coverage_post_selection": post["coverage_post_selection"]})
+        for k in grid:
+            row = metrics.coverage_at_k(eval_scores[k], thresholds.qhat[k], thresholds.delta, thresholds.n_calibration)
+            coverage.append({"delta_mode": mode, "k": k, **row})
+    return {"conformal": conformal, "coverage": coverage}
+
+
+def _threshold_sets(scores: dict[int, list[float]], settings: dict[str, Any]) -> dict[Any, Thresholds]:
+    sets = {"auto": fit_thresholds(scores, None, settings["delta_margin"], settings["split_delta"])}
+    sets.update({float(delta): fit_thresholds(scores, float(delta)) for delta in settings["deltas"]})
+    return sets
+
+
+def _settings(spec: dict[str, Any]) -> dict[str, Any]:
+    evaluation, trainer = dict(spec.get("evaluation", {})), spec.get("trainer", {})
+    grid = sorted(evaluation.get("budget_grid") or _doubling_grid(int(evaluation.get("num_samples", 32))))
+    if evaluation.get("score", "aps") != "aps":
+        raise ValueError("evaluation supports the 'aps' score of the math tasks; set evaluation.score to 'aps'.")
+    return {
+        "budget_grid": grid,
+        "temperature": float(evaluation.get("temperature", trainer.get("temperature", 1.0))),
+        "max_new_tokens": int(evaluation.get("max_new_tokens", trainer.get("max_completion_length", 64))),
+        "batch_size": int(evaluation.get("batch_size", 256)),
+        "deltas": list(evaluation.get("deltas", [])),
+        "delta_margin": float(evaluation.get("delta_margin", 0.05)),
+        "split_delta": bool(evaluation.get("split_delta", False)),
+    }
+
+
+def _doubling_grid(largest: int) -> list[int]:
+    grid = [2]
+    while grid[-1] * 2 <= largest:
+        grid.append(grid[-1] * 2)
+    return grid if grid[-1] == largest else [*grid, largest]
+
+
+def _sampler(model, tokenizer, settings: dict[str, Any], seed: int):
+    def sample(prompts, greedy: bool = False) -> list[list[str]]:
+        with torch.no_grad():
+            return generate_completions(
+                model, tokenizer, list(prompts), num_samples=1 if greedy else max(settings["budget_grid"]),
+                temperature=settings["temperature"], max_new_tokens=settings["max_new_tokens"], greedy=greedy,
+                batch_size=settings["batch_size"], seed=seed, progress=True,
+            )
+
+    return sample
+
+
+def _answers(task, completions: list[list[str]]) -> list[list[str | None]]:
+    return [[task.extract(text) for text in texts] for texts in completions]

@@ -1,0 +1,480 @@
+"""Comparison tables of a C-GRPO vs fixed-group GRPO experiment, from the files the pipeline writes.
+
+Inputs are each training run's ``run.json`` and ``steps.csv`` (see :func:`cgrpo.runs.train_run`), each
+evaluated model's eval JSON (see :func:`cgrpo.evaluation.evaluate_model`, the base model's run is
+``"base"``) and the compute-matching records of :func:`match_group_size`. Every table is a
+``pandas.DataFrame``; :func:`write_table` saves one as CSV and as GitHub-readable markdown.
+
+Tables:
+
+* ``summary``: one row per run (base model included) with its eval accuracy and its training cost;
+* ``by_method``: per method and setting, the mean and 95% interval across seeds;
+* ``paired``: C-GRPO minus each GRPO baseline, seed by seed;
+* ``coverage`` and ``conformal``: the per-budget coverage and the conformal dynamic-k results of every
+  evaluated model;
+* ``steps`` and ``calibrations``: long tables behind the training-curve and threshold plots.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .metrics import mean_ci, nearest_admissible_g, paired_difference_ci
+
+__all__ = [
+    "BY_METHOD_METRICS",
+    "PAIRED_METRICS",
+    "build_tables",
+    "by_method_table",
+    "calibrations_table",
+    "conformal_table",
+    "coverage_table",
+    "format_delta",
+    "markdown",
+    "match_group_size",
+    "paired_table",
+    "setting_label",
+    "steps_table",
+    "summary_table",
+    "write_table",
+]
+
+CI_LOW, CI_HIGH = "95% CI low", "95% CI high"
+
+# summary column -> plain-language name in the by_method table.
+BY_METHOD_METRICS = {
+    "eval_greedy_acc": "greedy accuracy",
+    "eval_maj_acc": "majority-vote accuracy",
+    "rollouts_per_prompt": "rollouts per training prompt (incl. calibration)",
+    "total_rollouts_generated": "rollouts generated (training + calibration)",
+    "train_mean_k": "mean group size k",
+    "train_rollout_savings": "rollout savings",
+    "train_rollout_savings_with_calibration": "rollout savings incl. calibration",
+    "train_tokens_generated": "training tokens generated",
+    "train_wall_s": "training wall clock (s)",
+    "generation_wall_s": "generation wall clock (s)",
+}
+
+# summary column -> plain-language name in the paired table.
+PAIRED_METRICS = {
+    "eval_greedy_acc": "greedy accuracy",
+    "eval_maj_acc": "majority-vote accuracy",
+    "rollouts_per_prompt": "rollouts per training prompt",
+    "total_rollouts_generated": "rollouts generated",
+    "train_wall_s": "training wall clock (s)",
+}
+
+_RUN_FIELDS = [
+    "num_generations", "budget_grid", "delta", "recalibrate_every", "compute_matched", "steps", "groups",
+    "train_mean_k", "train_rollout_savings", "train_rollout_savings_with_calibration",
+    "train_rollouts_generated", "calibration_rollouts_generated", "rollouts_per_prompt",
+    "train_tokens_generated", "calibration_tokens_generated",
+    "train_wall_s", "generation_wall_s", "update_wall_s", "calibration_wall_s",
+]
+_METHOD_ORDER = {"base": 0, "cgrpo": 1, "grpo": 2}
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def format_delta(delta: Any) -> str:
+    """``"auto"`` or the shortest spelling of a fixed delta (0.1 -> ``"0.1"``)."""
+    return "auto" if delta == "auto" else f"{float(delta):g}"
+
+
+def setting_label(record: Mapping[str, Any]) -> str:
+    """The setting a run belongs to, shared by all its seeds.
+
+    C-GRPO: ``"grid 2-4-8-16-32, delta auto, recal 10"``; GRPO: ``"G=32"``, or
+    ``"G=6 (compute-matched)"`` for a compute-matched baseline; the base model: ``"base model"``.
+    """
+    method = record["method"]
+    if method == "base":
+        return "base model"
+    if method == "cgrpo":
+        return (
+            f"grid {record['budget_grid']}, delta {format_delta(record['delta'])}, "
+            f"recal {record['recalibrate_every']}"
+        )
+    if method == "grpo":
+        matched = " (compute-matched)" if record.get("compute_matched") else ""
+        return f"G={record['num_generations']}{matched}"
+    raise ValueError(f"Unknown method {method!r} in run {record.get('run')!r}; expected 'cgrpo' or 'grpo'.")
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _load_json(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    return [json.loads(Path(path).read_text()) for path in paths]
+
+
+def _by_run(records: Iterable[Mapping[str, Any]], what: str) -> dict[str, Mapping[str, Any]]:
+    indexed: dict[str, Mapping[str, Any]] = {}
+    for record in records:
+        if record["run"] in indexed:
+            raise ValueError(f"Run {record['run']!r} has two {what}; pass each run's file once.")
+        indexed[record["run"]] = record
+    return indexed
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def summary_table(runs: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per evaluated model: its run record's fields next to its eval accuracy.
+
+    ``runs`` are ``run.json`` records and ``evals`` eval records; every eval needs the run record of
+    the same ``run`` name, except ``"base"`` (the untrained base model, ``method`` ``"base"``).
+    Training columns of the base row are empty. ``total_rollouts_generated`` adds the training and
+    calibration rollouts.
+    """
+    by_run = _by_run(runs, "run records")
+    rows = []
+    for evaluation in evals:
+        name = evaluation["run"]
+        if name == "base":
+            record: Mapping[str, Any] = {"run": "base", "method": "base"}
+        elif name in by_run:
+            record = by_run[name]
+        else:
+            raise ValueError(f"Eval record of run {name!r} has no run.json; evaluate only trained runs or 'base'.")
+        row = {
+            "run": name,
+            "method": record["method"],
+            "setting": setting_label(record),
+            "seed": record.get("seed"),
+            **{field: record.get(field) for field in _RUN_FIELDS},
+            "eval_greedy_acc": evaluation["eval_greedy_acc"],
+            "eval_maj_acc": evaluation.get("eval_maj_acc"),
+            "eval_mean_at_k": evaluation.get("mean_at_k"),
+            "eval_wall_s": evaluation.get("eval_wall_s"),
+        }
+        if row["delta"] is not None:
+            row["delta"] = format_delta(row["delta"])
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    total = table["train_rollouts_generated"] + table["calibration_rollouts_generated"]
+    table.insert(table.columns.get_loc("rollouts_per_prompt"), "total_rollouts_generated", total)
+    table["seed"] = table["seed"].astype("Int64")
+    order = table["method"].map(_METHOD_ORDER)
+    return (
+        table.assign(_order=order)
+        .sort_values(["_order", "setting", "seed"], kind="stable")
+        .drop(columns="_order")
+        .reset_index(drop=True)
+    )
+
+
+# --------------------------------------------------------------------------- across seeds
+
+
+def _interval(values: pd.Series) -> tuple[float, float, float]:
+    values = values.dropna()
+    if values.empty:
+        return math.nan, math.nan, math.nan
+    return mean_ci(values.astype(float))
+
+
+def by_method_table(summary: pd.DataFrame, metrics: Mapping[str, str] = BY_METHOD_METRICS) -> pd.DataFrame:
+    """Mean and 95% interval across seeds of each metric, per method and setting.
+
+    ``metrics`` maps summary columns to the plain-language column names used here; each gets a mean
+    column and ``95% CI low`` / ``95% CI high`` columns (Student t, via
+    :func:`cgrpo.metrics.mean_ci`; empty with a single seed).
+    """
+    rows = []
+    for (method, setting), group in summary.groupby(["method", "setting"], sort=False):
+        row: dict[str, Any] = {"method": method, "setting": setting, "seeds": len(group)}
+        for column, name in metrics.items():
+            mean, low, high = _interval(pd.to_numeric(group[column], errors="coerce"))
+            row.update({name: mean, f"{name} {CI_LOW}": low, f"{name} {CI_HIGH}": high})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _baselines(summary: pd.DataFrame, cgrpo_setting: str, matched: Sequence[Mapping[str, Any]]) -> list[str]:
+    """GRPO settings C-GRPO's ``cgrpo_setting`` is compared with: every fixed G, and its own compute match."""
+    grpo = summary[summary["method"] == "grpo"]
+    fixed = list(grpo.loc[~grpo["compute_matched"].astype(bool), "setting"].unique())
+    matches = [
+        setting_label({"method": "grpo", "num_generations": m["num_generations"], "compute_matched": True})
+        for m in matched
+        if m["setting"] == cgrpo_setting
+    ]
+    return fixed + [s for s in matches if s in set(grpo["setting"])]
+
+
+def paired_table(
+    summary: pd.DataFrame,
+    matched: Sequence[Mapping[str, Any]] = (),
+    metrics: Mapping[str, str] = PAIRED_METRICS,
+) -> pd.DataFrame:
+    """C-GRPO minus GRPO, seed by seed, for each C-GRPO setting and each of its baselines.
+
+    Baselines of a C-GRPO setting are every fixed-G GRPO setting plus the compute-matched GRPO
+    whose ``matched`` record (from :func:`match_group_size`) names that setting. Only seeds run by
+    both sides are paired. Each metric gets the mean difference and its 95% interval
+    (:func:`cgrpo.metrics.paired_difference_ci`).
+    """
+    rows = []
+    cgrpo = summary[summary["method"] == "cgrpo"]
+    for setting, treated in cgrpo.groupby("setting", sort=False):
+        treated = treated.set_index("seed")
+        for baseline in _baselines(summary, setting, matched):
+            base = summary[(summary["method"] == "grpo") & (summary["setting"] == baseline)].set_index("seed")
+            seeds = treated.index.intersection(base.index)
+            if seeds.empty:
+                continue
+            row: dict[str, Any] = {
+                "C-GRPO setting": setting, "baseline": f"GRPO {baseline}", "paired seeds": len(seeds)
+            }
+            for column, name in metrics.items():
+                diff, low, high = paired_difference_ci(
+                    treated.loc[seeds, column].astype(float), base.loc[seeds, column].astype(float)
+                )
+                label = f"{name} difference"
+                row.update({label: diff, f"{label} {CI_LOW}": low, f"{label} {CI_HIGH}": high})
+            rows.append(row)
+    return pd.DataFrame(rows, columns=None if rows else ["C-GRPO setting", "baseline", "paired seeds"])
+
+
+# --------------------------------------------------------------------------- conformal evaluation
+
+
+def _run_columns(summary: pd.DataFrame) -> pd.DataFrame:
+    return summary[["run", "method", "setting", "seed"]]
+
+
+def coverage_table(evals: Sequence[Mapping[str, Any]], summary: pd.DataFrame) -> pd.DataFrame:
+    """Per-budget coverage of every evaluated model: one row per run, delta mode and budget k.
+
+    Keeps the eval record's fields (``coverage``, ``nominal``, ``band_low``, ``band_high``,
+    ``ci_low``, ``ci_high``, ``n_eval``, ...) and adds the run's method, setting and seed;
+    ``delta_mode`` is ``"auto"`` or the fixed delta as text.
+    """
+    rows = [
+        {"run": evaluation["run"], **row, "delta_mode": format_delta(row["delta_mode"])}
+        for evaluation in evals
+        for row in evaluation.get("coverage", [])
+    ]
+    if not rows:
+        return pd.DataFrame(columns=["run", "method", "setting", "seed", "delta_mode", "k", "coverage"])
+    table = _run_columns(summary).merge(pd.DataFrame(rows), on="run", how="right")
+    return table.sort_values(["run", "delta_mode", "k"], kind="stable").reset_index(drop=True)
+
+
+def _histogram_text(histogram: Mapping[Any, int]) -> str:
+    return ", ".join(f"{k}:{count}" for k, count in sorted(histogram.items(), key=lambda item: int(item[0])))
+
+
+def conformal_table(evals: Sequence[Mapping[str, Any]], summary: pd.DataFrame) -> pd.DataFrame:
+    """Conformal dynamic k on the eval prompts: one row per run and delta mode.
+
+    Columns: the run's method, setting and seed, ``delta_mode``, the fitted ``delta``, the accuracy
+    and mean budget under the dynamic k, the post-selection coverage (a diagnostic the conformal
+    theorem does not cover) and the budget histogram as ``"k:count, ..."``.
+    """
+    rows = [
+        {
+            "run": evaluation["run"],
+            "delta_mode": format_delta(row["delta_mode"]),
+            "delta": row.get("delta"),
+            "accuracy": row.get("accuracy"),
+            "mean_k": row.get("mean_k"),
+            "coverage_post_selection": row.get("coverage_post_selection"),
+            "budget histogram": _histogram_text(row.get("histogram", {})),
+        }
+        for evaluation in evals
+        for row in evaluation.get("conformal", [])
+    ]
+    if not rows:
+        return pd.DataFrame(columns=["run", "method", "setting", "seed", "delta_mode", "accuracy", "mean_k"])
+    return _run_columns(summary).merge(pd.DataFrame(rows), on="run", how="right")
+
+
+# --------------------------------------------------------------------------- training dynamics
+
+
+def _first_column(frame: pd.DataFrame, names: Sequence[str], default: float) -> pd.Series:
+    for name in names:
+        if name in frame:
+            return frame[name]
+    return pd.Series(default, index=frame.index, dtype=float)
+
+
+def steps_table(runs: Sequence[Mapping[str, Any]], steps: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """Reward, group size and savings per logged step of every run, in one long table.
+
+    ``steps`` maps a run name to its ``steps.csv``. GRPO logs no budget metrics: its group size is
+    its fixed G and its savings 0.
+    """
+    frames = []
+    for record in runs:
+        log = steps[record["run"]]
+        fixed_g = float(record["num_generations"])
+        frames.append(
+            pd.DataFrame(
+                {
+                    "run": record["run"],
+                    "method": record["method"],
+                    "setting": setting_label(record),
+                    "seed": record["seed"],
+                    "step": log["step"],
+                    "reward": _first_column(log, ["reward"], math.nan),
+                    "mean_k": _first_column(log, ["cgrpo/mean_k"], fixed_g),
+                    "rollout_savings": _first_column(log, ["cgrpo/rollout_savings"], 0.0),
+                    "rollouts_generated": _first_column(
+                        log, ["cgrpo/rollouts_generated", "rollouts_generated"], math.nan
+                    ),
+                }
+            )
+        )
+    columns = ["run", "method", "setting", "seed", "step", "reward", "mean_k", "rollout_savings", "rollouts_generated"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def calibrations_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """The conformal thresholds of every calibration of every C-GRPO run: one row per calibration and k."""
+    rows = [
+        {
+            "run": record["run"],
+            "setting": setting_label(record),
+            "seed": record["seed"],
+            "step": calibration["step"],
+            "delta": calibration["delta"],
+            "solve_rate": calibration.get("solve_rate"),
+            "k": int(k),
+            "qhat": qhat,
+        }
+        for record in runs
+        if record["method"] == "cgrpo"
+        for calibration in record.get("calibrations") or []
+        for k, qhat in calibration["qhat"].items()
+    ]
+    columns = ["run", "setting", "seed", "step", "delta", "solve_rate", "k", "qhat"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+# --------------------------------------------------------------------------- compute matching
+
+
+def match_group_size(run_files: Sequence[str | Path], batch_size: int) -> dict[str, Any]:
+    """The fixed G whose generated rollouts per prompt match one C-GRPO setting's.
+
+    ``run_files`` are the ``run.json`` of every seed of one C-GRPO setting. The target is their mean
+    ``rollouts_per_prompt`` (calibration included) and G the admissible group size closest to it
+    (:func:`cgrpo.metrics.nearest_admissible_g`: a divisor of ``batch_size``, at least 2).
+    """
+    records = _load_json(run_files)
+    if not records:
+        raise ValueError("No run.json given; pass the C-GRPO runs of one setting.")
+    settings = {setting_label(record) for record in records}
+    if len(settings) != 1 or any(record["method"] != "cgrpo" for record in records):
+        raise ValueError(f"Compute matching needs the C-GRPO runs of one setting, got settings {sorted(settings)}.")
+    target = sum(record["rollouts_per_prompt"] for record in records) / len(records)
+    return {
+        "setting": settings.pop(),
+        "runs": [record["run"] for record in records],
+        "rollouts_per_prompt": target,
+        "batch_size": int(batch_size),
+        "num_generations": nearest_admissible_g(target, int(batch_size)),
+    }
+
+
+# --------------------------------------------------------------------------- all tables and output
+
+
+def build_tables(
+    runs: Sequence[str | Path],
+    steps: Sequence[str | Path],
+    evals: Sequence[str | Path],
+    matched: Sequence[str | Path] = (),
+) -> dict[str, pd.DataFrame]:
+    """Every table of the experiment from the pipeline's files.
+
+    ``runs`` are ``run.json`` files, ``steps`` the ``steps.csv`` files (each belongs to the run whose
+    ``run.json`` shares its folder), ``evals`` the eval JSONs (``"base"`` included) and ``matched``
+    the compute-matching records. Returns the tables ``summary``, ``by_method``, ``paired``,
+    ``coverage``, ``conformal``, ``steps`` and ``calibrations``.
+    """
+    run_records = _load_json(runs)
+    folders = {Path(path).parent: record["run"] for path, record in zip(runs, run_records)}
+    missing = [str(path) for path in steps if Path(path).parent not in folders]
+    if missing:
+        raise ValueError(f"steps files {missing} have no run.json in their folder; pass both files of each run.")
+    step_logs = {folders[Path(path).parent]: pd.read_csv(path) for path in steps}
+    eval_records = _load_json(evals)
+    matched_records = _load_json(matched)
+    summary = summary_table(run_records, eval_records)
+    return {
+        "summary": summary,
+        "by_method": by_method_table(summary),
+        "paired": paired_table(summary, matched_records),
+        "coverage": coverage_table(eval_records, summary),
+        "conformal": conformal_table(eval_records, summary),
+        "steps": steps_table([r for r in run_records if r["run"] in step_logs], step_logs),
+        "calibrations": calibrations_table(run_records),
+    }
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """GitHub markdown of ``table``; a value and its ``95% CI low/high`` columns merge into ``"mean [low, high]"``.
+
+    Numbers keep 4 significant digits (whole numbers from 10,000 up are written out), and missing
+    values are left blank.
+    """
+    compact = table.copy()
+    for column in list(compact.columns):
+        low, high = f"{column} {CI_LOW}", f"{column} {CI_HIGH}"
+        if low in compact and high in compact:
+            compact[column] = [
+                _with_interval(value, lo, hi) for value, lo, hi in zip(compact[column], compact[low], compact[high])
+            ]
+            compact = compact.drop(columns=[low, high]).rename(columns={column: f"{column} [95% CI]"})
+    align = [
+        "right" if pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype) else "left"
+        for dtype in compact.dtypes
+    ]
+    cells = compact.astype(object).map(_cell)
+    # Cells are already formatted; re-parsing them as numbers would apply one format to a whole column.
+    return cells.to_markdown(index=False, disable_numparse=True, colalign=align) + "\n"
+
+
+def _number(value: float) -> str:
+    if abs(value) >= 1e4:
+        return f"{value:.0f}"
+    return f"{value:.4g}"
+
+
+def _cell(value: Any) -> str:
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return ""
+    if isinstance(value, (bool, str)):
+        return str(value)
+    if isinstance(value, numbers.Number):
+        return _number(float(value))
+    return str(value)
+
+
+def _with_interval(value: float, low: float, high: float) -> str:
+    if pd.isna(value):
+        return ""
+    if pd.isna(low) or pd.isna(high):
+        return _number(value)
+    return f"{_number(value)} [{_number(low)}, {_number(high)}]"
+
+
+def write_table(table: pd.DataFrame, csv_path: str | Path, md_path: str | Path | None = None) -> None:
+    """Save ``table`` as CSV and, when ``md_path`` is given, as markdown (see :func:`markdown`)."""
+    Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(csv_path, index=False)
+    if md_path is not None:
+        Path(md_path).write_text(markdown(table))

@@ -1,0 +1,227 @@
+"""Pipeline steps around training: the initial calibration and one C-GRPO or fixed-group GRPO training run.
+
+Each step takes one JSON-able `spec` (built by the Snakemake workflow from the config) and writes its outputs into a
+folder; both load models, data and reward functions exactly as a user's script would.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+from trl import GRPOConfig, GRPOTrainer
+
+from .calibration import Thresholds, fit_thresholds
+from .config import CGRPOConfig
+from .splits import load_split
+from .tasks import get_task
+
+logger = logging.getLogger(__name__)
+
+# Logged by TRL at the end of training rather than per step; kept out of the per-step table.
+_SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos")
+
+
+def calibrate_initial(spec: dict[str, Any], out_dir: str | Path) -> None:
+    """Score the calibration split with the initial policy for one budget grid and fit its thresholds.
+
+    Writes `thresholds.json` (the per-budget scores, so training can refit them for any delta, the automatic-delta
+    thresholds, and the cost) and `thresholds.csv` (one row per budget).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    trainer = _cgrpo_trainer(spec, out_dir / "trainer", delta="auto", initial_thresholds=None)
+    trainer.model.train()
+    scores, rollouts, tokens = trainer.score_calibration_set()
+    args = trainer.args
+    auto = fit_thresholds(scores, None, args.delta_margin, args.split_delta)
+    record = {
+        "budget_grid": args.budget_grid,
+        "scores": {str(k): v for k, v in scores.items()},
+        "auto": auto.to_dict(),
+        "rollouts": rollouts,
+        "tokens": tokens,
+        "wall_s": time.perf_counter() - start,
+    }
+    (out_dir / "thresholds.json").write_text(json.dumps(record, indent=1) + "\n")
+    pd.DataFrame(
+        {"k": list(auto.qhat), "qhat": list(auto.qhat.values()), "delta": auto.delta, "solve_rate": auto.solve_rate,
+         "mean_score": [sum(scores[k]) / len(scores[k]) for k in auto.qhat]}
+    ).to_csv(out_dir / "thresholds.csv", index=False)
+
+
+def train_run(spec: dict[str, Any], out_dir: str | Path) -> None:
+    """Train one run (`spec["method"]` is "cgrpo" or "grpo") and write `model/`, `steps.csv` and `run.json`."""
+    out_dir = Path(out_dir)
+    method = spec["method"]
+    if method not in ("cgrpo", "grpo"):
+        raise ValueError(f"method must be 'cgrpo' or 'grpo', got {method!r}.")
+    initial = _initial_calibration(spec) if method == "cgrpo" else None
+    trainer = (
+        _cgrpo_trainer(spec, out_dir / "checkpoints", spec.get("delta", "auto"), initial and initial["thresholds"])
+        if method == "cgrpo"
+        else _grpo_trainer(spec, out_dir / "checkpoints")
+    )
+    counter = _count_generation(trainer)
+    start = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - start
+    trainer.save_model(str(out_dir / "model"))
+    _steps_table(trainer.state.log_history).to_csv(out_dir / "steps.csv", index=False)
+    record = _run_record(spec, trainer, counter, wall, initial)
+    (out_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
+    logger.info("Run %s: %s", spec["run"], {k: v for k, v in record.items() if k != "calibrations"})
+
+
+# ---------------------------------------------------------------------- trainers
+def _task(spec: dict[str, Any]):
+    return get_task(spec["task"]["name"], **spec["task"].get("options", {}))
+
+
+def _datasets(spec: dict[str, Any], task) -> tuple:
+    train = task.to_prompt_dataset(load_split(spec["splits"], "train"))
+    calibration = task.to_prompt_dataset(load_split(spec["splits"], "calibration"))
+    return train, calibration
+
+
+def _trainer_options(spec: dict[str, Any], output_dir: Path) -> dict[str, Any]:
+    options = {"report_to": [], "save_strategy": "no", "logging_steps": 1, "seed": spec["seed"],
+               "data_seed": spec["seed"]}
+    options.update(spec.get("trainer", {}))
+    options["output_dir"] = str(output_dir)
+    return options
+
+
+def _peft_config(spec: dict[str, Any]):
+    if not spec.get("peft"):
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(task_type="CAUSAL_LM", **spec["peft"])
+
+
+def _cgrpo_trainer(spec: dict[str, Any], output_dir: Path, delta, initial_thresholds: Thresholds | None):
+    from .trainer import CGRPOTrainer
+
+    torch.manual_seed(spec["seed"])
+    task = _task(spec)
+    train, calibration = _datasets(spec, task)
+    args = CGRPOConfig(
+        budget_grid=list(spec["budget_grid"]),
+        conformal_delta=None if delta == "auto" else float(delta),
+        recalibrate_every=int(spec.get("recalibrate_every", 0)),
+        **spec.get("cgrpo", {}),
+        **_trainer_options(spec, output_dir),
+    )
+    return CGRPOTrainer(
+        model=spec["model"], reward_funcs=task.reward_funcs, args=args, train_dataset=train,
+        calibration_dataset=calibration, answer_extractor=task.extract, verifier=task.verifier,
+        initial_thresholds=initial_thresholds, peft_config=_peft_config(spec),
+    )
+
+
+def _grpo_trainer(spec: dict[str, Any], output_dir: Path) -> GRPOTrainer:
+    torch.manual_seed(spec["seed"])
+    task = _task(spec)
+    train, _ = _datasets(spec, task)
+    args = GRPOConfig(num_generations=int(spec["num_generations"]), **_trainer_options(spec, output_dir))
+    return GRPOTrainer(model=spec["model"], reward_funcs=task.reward_funcs, args=args, train_dataset=train,
+                       peft_config=_peft_config(spec))
+
+
+def _initial_calibration(spec: dict[str, Any]) -> dict[str, Any]:
+    """Thresholds for this run's delta, refitted from the initial policy's calibration scores."""
+    record = json.loads(Path(spec["initial_calibration"]).read_text())
+    if record["budget_grid"] != sorted(spec["budget_grid"]):
+        raise ValueError(
+            f"{spec['initial_calibration']} was fitted for grid {record['budget_grid']}, not {spec['budget_grid']}; "
+            "point initial_calibration at the calibration of the same grid."
+        )
+    options = spec.get("cgrpo", {})
+    delta = spec.get("delta", "auto")
+    scores = {int(k): v for k, v in record["scores"].items()}
+    thresholds = fit_thresholds(scores, None if delta == "auto" else float(delta), options.get("delta_margin", 0.05),
+                                options.get("split_delta", False))
+    return {"thresholds": thresholds, **record}
+
+
+# ---------------------------------------------------------------------- accounting
+class _GenerationCounter:
+    """Generated (never only kept) training rollouts and tokens, and the wall time spent generating them."""
+
+    def __init__(self):
+        self.rollouts = 0
+        self.tokens = 0
+        self.seconds = 0.0
+
+
+def _count_generation(trainer: GRPOTrainer) -> _GenerationCounter:
+    # Wrapping the instance's `_generate` counts both trainers identically; C-GRPO's `_generate` returns padded
+    # groups, so its counts come from `cgrpo_totals` instead and only the time is taken here.
+    counter = _GenerationCounter()
+    generate = trainer._generate
+
+    @functools.wraps(generate)
+    def timed(prompts):
+        start = time.perf_counter()
+        result = generate(prompts)
+        if trainer.model.training:
+            counter.seconds += time.perf_counter() - start
+            counter.rollouts += len(result[1])
+            counter.tokens += sum(len(ids) for ids in result[1])
+        return result
+
+    trainer._generate = timed
+    return counter
+
+
+def _steps_table(log_history: list[dict[str, Any]]) -> pd.DataFrame:
+    rows = [entry for entry in log_history if "loss" in entry and not any(key in entry for key in _SUMMARY_KEYS)]
+    return pd.DataFrame(rows)
+
+
+def _run_record(spec, trainer, counter: _GenerationCounter, wall: float, initial: dict | None) -> dict[str, Any]:
+    cgrpo = spec["method"] == "cgrpo"
+    width = trainer.args.num_generations
+    reference = int(spec.get("reference_budget") or width)
+    if cgrpo:
+        totals = trainer.cgrpo_totals
+        rollouts, tokens, groups = int(totals["train_rollouts"]), int(totals["train_tokens"]), int(totals["groups"])
+        calibrations = [_initial_record(initial), *trainer.calibration_history]
+    else:
+        rollouts, tokens, groups = counter.rollouts, counter.tokens, counter.rollouts // width
+        calibrations = []
+    calibration_rollouts = sum(c["rollouts"] for c in calibrations)
+    calibration_wall = sum(c["wall_s"] for c in calibrations)
+    in_run_calibration = sum(c["wall_s"] for c in calibrations[1:])
+    return {
+        "run": spec["run"], "method": spec["method"], "seed": spec["seed"], "num_generations": width,
+        "budget_grid": "-".join(map(str, spec["budget_grid"])) if cgrpo else None,
+        "delta": spec.get("delta", "auto") if cgrpo else None,
+        "recalibrate_every": spec.get("recalibrate_every", 0) if cgrpo else None,
+        "compute_matched": bool(spec.get("compute_matched", False)),
+        "steps": trainer.state.global_step, "groups": groups,
+        "train_rollouts_generated": rollouts, "train_tokens_generated": tokens,
+        "calibration_rollouts_generated": calibration_rollouts,
+        "calibration_tokens_generated": sum(c["tokens"] for c in calibrations),
+        "train_mean_k": rollouts / groups,
+        "train_rollout_savings": 1 - rollouts / (groups * reference),
+        "train_rollout_savings_with_calibration": 1 - (rollouts + calibration_rollouts) / (groups * reference),
+        "rollouts_per_prompt": (rollouts + calibration_rollouts) / groups,
+        "train_wall_s": wall, "generation_wall_s": counter.seconds,
+        "update_wall_s": wall - counter.seconds - in_run_calibration,
+        "calibration_wall_s": calibration_wall,
+        "calibrations": calibrations,
+    }
+
+
+def _initial_record(initial: dict[str, Any]) -> dict[str, Any]:
+    return {"step": 0, **initial["thresholds"].to_dict(), "rollouts": initial["rollouts"], "tokens": initial["tokens"],
+            "wall_s": initial["wall_s"], "initial": True}

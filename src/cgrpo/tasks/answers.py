@@ -1,0 +1,105 @@
+"""Final-answer formats: extracting, normalising and checking the number a text ends with.
+
+Numbers are normalised as strings (never through ``float``) so that huge integers and long decimals
+compare exactly: ``"1,234"``, ``" +1234. "`` and ``"1234.00"`` all become ``"1234"``.
+"""
+
+from __future__ import annotations
+
+import re
+
+ANSWER_FORMATS = ("hash", "boxed")
+
+_NUMBER = re.compile(r"([+-]?)\$?(\d*)(?:\.(\d+))?")
+_MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2012": "-", "\u2013": "-"})
+_BOXED = "\\boxed{"
+
+
+def check_answer_format(answer_format: str) -> None:
+    """Raise ValueError unless ``answer_format`` is one of :data:`ANSWER_FORMATS`."""
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"Unknown answer_format {answer_format!r}; use one of {', '.join(ANSWER_FORMATS)}.")
+
+
+def normalize_number(text: str) -> str | None:
+    """Return the canonical string form of the number in ``text``, or None if it is not a plain number.
+
+    Commas, whitespace and a leading ``$`` are ignored, a trailing period is dropped, unicode minus
+    signs count as ``-``, ``+5`` becomes ``5``, ``3.0`` becomes ``3`` and ``-0`` becomes ``0``.
+    """
+    cleaned = "".join(text.split()).replace(",", "").translate(_MINUS_SIGNS)
+    match = _NUMBER.fullmatch(cleaned.removesuffix("."))
+    if match is None or not (match.group(2) or match.group(3)):
+        return None
+    sign, integer, fraction = match.groups()
+    integer = integer.lstrip("0") or "0"
+    fraction = (fraction or "").rstrip("0")
+    number = f"{integer}.{fraction}" if fraction else integer
+    return number if number == "0" or sign != "-" else "-" + number
+
+
+def _hash_tail(text: str) -> str | None:
+    """Text after the last ``####``, or None if there is no marker."""
+    marker = text.rfind("####")
+    return None if marker < 0 else text[marker + 4 :]
+
+
+def _boxed_tail(text: str) -> tuple[str, str] | None:
+    """(content, rest) of the last ``\\boxed{...}`` with balanced braces, or None if there is none."""
+    start = text.rfind(_BOXED)
+    if start < 0:
+        return None
+    depth, begin = 1, start + len(_BOXED)
+    for index in range(begin, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[index], 0)
+        if depth == 0:
+            return text[begin:index], text[index + 1 :]
+    return None
+
+
+def extract_answer(text: str, answer_format: str = "hash") -> str | None:
+    """Normalised number after the last ``####`` (or inside the last ``\\boxed{}``), else None.
+
+    With the hash format only the first non-empty line after the marker counts, so
+    ``"#### 26\\nThanks"`` gives ``"26"`` while ``"#### 26 apples"`` gives None.
+    """
+    check_answer_format(answer_format)
+    if answer_format == "boxed":
+        boxed = _boxed_tail(text)
+        return None if boxed is None else normalize_number(boxed[0])
+    tail = _hash_tail(text)
+    if tail is None or not tail.strip():
+        return None
+    return normalize_number(tail.strip().splitlines()[0])
+
+
+def is_well_formed(text: str, answer_format: str = "hash") -> bool:
+    """True if ``text`` ends (trailing whitespace allowed) with ``#### <number>`` or ``\\boxed{<number>}``."""
+    check_answer_format(answer_format)
+    if answer_format == "boxed":
+        boxed = _boxed_tail(text)
+        return boxed is not None and not boxed[1].strip() and normalize_number(boxed[0]) is not None
+    tail = _hash_tail(text)
+    return tail is not None and "\n" not in tail.strip() and normalize_number(tail) is not None
+
+
+def parse_gold(solution: str) -> str:
+    """Normalised final answer of a worked solution ending in ``#### N`` or ``\\boxed{N}``.
+
+    Reference data keeps its own marker whatever format the model is asked for (GSM8K always uses
+    ``####``), so both markers are accepted here.
+    """
+    fmt = "hash" if "####" in solution else "boxed"
+    gold = extract_answer(solution, fmt)
+    if gold is None:
+        raise ValueError(
+            f"Solution {solution[-60:]!r} does not end in '#### <number>' or '\\boxed{{<number>}}'; "
+            "fix the data or drop that example."
+        )
+    return gold
+
+
+def format_answer(number: str, answer_format: str = "hash") -> str:
+    """The final-answer suffix a completion should end with, e.g. ``#### 26`` or ``\\boxed{26}``."""
+    check_answer_format(answer_format)
+    return f"#### {number}" if answer_format == "hash" else f"{_BOXED}{number}}}"

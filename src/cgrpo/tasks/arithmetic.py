@@ -1,0 +1,117 @@
+"""A seeded generator of short GSM8K-format arithmetic word problems (the embedded default task).
+
+Each problem chains 1 to 3 operations on small, medium or large numbers, e.g.
+``"Ann has 3 bags of 4 pens, gets 5 more. How many pens?"`` with the worked answer
+``"3*4=12 12+5=17 #### 17"``. Mixing sizes and chain lengths makes difficulty vary from prompt to
+prompt: a tiny model solves one-digit sums almost always and chains of two-digit sums rarely or never.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from functools import partial
+
+from datasets import Dataset
+
+from .answers import format_answer
+from .base import Task
+
+NAMES = ("Ann", "Bob", "Eve", "Max", "Sam", "Tom", "Lia", "Ben", "Kim", "Joe", "Amy", "Dan")
+ITEMS = ("pens", "cups", "eggs", "cards", "books", "coins", "shells", "stamps", "beads", "rocks", "keys", "toys")
+# Operand ranges per size: (starting amount, later operands). "medium" keeps a two-digit running total but
+# one-digit steps; "large" adds two-digit numbers, which a tiny model rarely gets right.
+SIZES = {"small": ((2, 9), (2, 9)), "medium": ((10, 99), (2, 9)), "large": ((10, 99), (10, 99))}
+SIZE_WEIGHTS = (0.5, 0.3, 0.2)
+# Weights of 1, 2 and 3 operations.
+OPS_WEIGHTS = (0.4, 0.35, 0.25)
+# Probability that the first operation is a product ("3 bags of 4 pens").
+MUL_PROBABILITY = 0.4
+
+
+def _first_clause(rng: random.Random, size: str, name: str, item: str) -> tuple[int, str, list[str]]:
+    """The starting amount: a plain count, or a product of one-digit bags and their contents."""
+    (start_low, start_high), (low, high) = SIZES[size]
+    if rng.random() < MUL_PROBABILITY:
+        bags, contents = rng.randint(2, 9), rng.randint(low, high)
+        return bags * contents, f"{name} has {bags} bags of {contents} {item}", [f"{bags}*{contents}={bags * contents}"]
+    value = rng.randint(start_low, start_high)
+    return value, f"{name} has {value} {item}", []
+
+
+def _problem(rng: random.Random, ops_weights, size_weights, answer_format: str) -> tuple[str, str, int, str]:
+    """One problem as (question, worked answer, number of operations, size)."""
+    num_ops = rng.choices(range(1, len(ops_weights) + 1), ops_weights)[0]
+    size = rng.choices(list(SIZES), size_weights)[0]
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    value, clause, steps = _first_clause(rng, size, name, item)
+    clauses = [clause]
+    low, high = SIZES[size][1]
+    while len(steps) < num_ops:
+        operand = rng.randint(low, high)
+        # Subtract only when the result stays positive, so every count makes sense.
+        if operand < value and rng.random() < 0.5:
+            steps.append(f"{value}-{operand}={value - operand}")
+            clauses.append(f"loses {operand}")
+            value -= operand
+        else:
+            steps.append(f"{value}+{operand}={value + operand}")
+            clauses.append(f"gets {operand} more")
+            value += operand
+    question = ", ".join(clauses) + f". How many {item}?"
+    answer = " ".join([*steps, format_answer(str(value), answer_format)])
+    return question, answer, num_ops, size
+
+
+def generate_problems(
+    num_examples: int,
+    seed: int,
+    *,
+    answer_format: str = "hash",
+    ops_weights: Sequence[float] = OPS_WEIGHTS,
+    size_weights: Sequence[float] = SIZE_WEIGHTS,
+) -> Dataset:
+    """``num_examples`` problems with columns ``question``, ``answer``, ``num_ops`` and ``size``.
+
+    ``ops_weights`` weighs 1, 2 and 3 operations; ``size_weights`` weighs the ``SIZES`` small, medium
+    and large.
+
+    The same arguments always give the same problems. Small operand ranges repeat, so the result
+    can hold duplicates; :mod:`cgrpo.splits` deduplicates before carving splits.
+    """
+    if num_examples < 1:
+        raise ValueError(f"num_examples must be positive, got {num_examples}; ask for at least one problem.")
+    rng = random.Random(seed)
+    rows = [_problem(rng, ops_weights, size_weights, answer_format) for _ in range(num_examples)]
+    question, answer, num_ops, size = (list(column) for column in zip(*rows))
+    return Dataset.from_dict({"question": question, "answer": answer, "num_ops": num_ops, "size": size})
+
+
+def _load_pool(split: str, **generator_options) -> Dataset:
+    if split != "train":
+        raise ValueError(
+            f"The arithmetic task generates one pool (split 'train'), not {split!r}; "
+            "carve calibration and eval sets from it with cgrpo.splits."
+        )
+    return generate_problems(**generator_options)
+
+
+def arithmetic_task(
+    *,
+    num_examples: int = 2000,
+    seed: int = 0,
+    answer_format: str = "hash",
+    chat: bool = False,
+    ops_weights: Sequence[float] = OPS_WEIGHTS,
+    size_weights: Sequence[float] = SIZE_WEIGHTS,
+) -> Task:
+    """The GSM8K task with a loader that generates ``num_examples`` problems from ``seed``."""
+    loader = partial(
+        _load_pool,
+        num_examples=num_examples,
+        seed=seed,
+        answer_format=answer_format,
+        ops_weights=tuple(ops_weights),
+        size_weights=tuple(size_weights),
+    )
+    return Task(name="arithmetic", loader=loader, answer_format=answer_format, chat=chat)

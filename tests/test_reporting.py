@@ -1,0 +1,334 @@
+"""Reporting tables and plots, from a synthetic experiment written the way the pipeline writes it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cgrpo import plots, reporting
+from cgrpo.metrics import mean_ci, nearest_admissible_g
+
+SEEDS = [0, 1, 2]
+GRID = [2, 4, 8, 16, 32]
+BATCH = 96
+CGRPO_SETTING = "grid 2-4-8-16-32, delta auto, recal 10"
+# run -> (greedy accuracy per seed, rollouts per training prompt per seed)
+ACCURACY = {"cgrpo": [0.42, 0.45, 0.40], "G32": [0.43, 0.44, 0.42], "G4": [0.35, 0.37, 0.33], "G12": [0.39, 0.41, 0.38]}
+ROLLOUTS = {"cgrpo": [11.0, 12.5, 10.5], "G32": [32.0] * 3, "G4": [4.0] * 3, "G12": [12.0] * 3}
+STEPS = 12
+
+
+def _run_record(method: str, seed: int, key: str, *, g: int | None = None, matched: bool = False) -> dict:
+    """A run.json with the keys cgrpo.runs.train_run writes."""
+    cgrpo = method == "cgrpo"
+    rollouts_per_prompt = ROLLOUTS[key][seed]
+    groups = 300
+    calibration = 640 if cgrpo else 0
+    train = int(rollouts_per_prompt * groups) - calibration if cgrpo else int(rollouts_per_prompt * groups)
+    name = f"cgrpo_s{seed}_g2-4-8-16-32_dauto_r10" if cgrpo else f"grpo_s{seed}_G{g}" + ("_matched" if matched else "")
+    width = 32 if cgrpo else g
+    return {
+        "run": name, "method": method, "seed": seed, "num_generations": width,
+        "budget_grid": "2-4-8-16-32" if cgrpo else None, "delta": "auto" if cgrpo else None,
+        "recalibrate_every": 10 if cgrpo else None, "compute_matched": matched, "steps": STEPS, "groups": groups,
+        "train_rollouts_generated": train, "train_tokens_generated": 20 * train,
+        "calibration_rollouts_generated": calibration, "calibration_tokens_generated": 20 * calibration,
+        "train_mean_k": train / groups, "train_rollout_savings": 1 - train / (groups * width),
+        "train_rollout_savings_with_calibration": 1 - (train + calibration) / (groups * width),
+        "rollouts_per_prompt": rollouts_per_prompt, "train_wall_s": 100.0 + 3 * rollouts_per_prompt + seed,
+        "generation_wall_s": 2.0 * rollouts_per_prompt, "update_wall_s": 50.0,
+        "calibration_wall_s": 8.0 if cgrpo else 0.0,
+        "calibrations": [
+            {"step": step, "delta": 0.3 - 0.01 * step, "qhat": {str(k): 1.0 - 0.02 * step - k / 64 for k in GRID},
+             "solve_rate": 0.6 + 0.01 * step, "rollouts": 320, "tokens": 6400, "wall_s": 4.0}
+            for step in (0, 5, 10)
+        ] if cgrpo else [],
+    }
+
+
+def _steps(record: dict) -> pd.DataFrame:
+    steps = np.arange(1, STEPS + 1)
+    frame = pd.DataFrame({"step": steps, "loss": 0.01, "reward": 0.2 + 0.02 * steps + 0.01 * record["seed"]})
+    if record["method"] == "cgrpo":
+        mean_k = np.linspace(20, 8, STEPS) + record["seed"]
+        frame["cgrpo/mean_k"] = mean_k
+        frame["cgrpo/rollout_savings"] = 1 - mean_k / 32
+        frame["cgrpo/rollouts_generated"] = mean_k * 3
+        frame["cgrpo/qhat_2"] = 0.9
+    return frame
+
+
+def _eval_record(run: str, accuracy: float) -> dict:
+    """An eval JSON with the keys cgrpo.evaluation.evaluate_model writes."""
+    coverage = []
+    for mode, delta in (("auto", 0.27), (0.1, 0.1), (0.2, 0.2)):
+        for k in GRID:
+            value = min(1.0, 1 - delta + 0.02 * math.log2(k) - 0.03)
+            coverage.append({
+                "delta_mode": mode, "k": k, "coverage": value, "n_covered": int(200 * value), "n_eval": 200,
+                "nominal": 1 - delta, "band_low": 1 - delta, "band_high": 1 - delta + 1 / 129, "band_valid": True,
+                "ci_low": max(0.0, value - 0.06), "ci_high": min(1.0, value + 0.05),
+            })
+    conformal = [
+        {"delta_mode": mode, "delta": delta, "n_calibration": 128, "qhat": {str(k): 0.5 for k in GRID},
+         "accuracy": accuracy + 0.05, "mean_k": 9.5, "histogram": {"2": 50, "4": 40, "8": 30, "16": 40, "32": 40},
+         "coverage_post_selection": 0.8}
+        for mode, delta in (("auto", 0.27), (0.1, 0.1))
+    ]
+    return {
+        "run": run, "eval_greedy_acc": accuracy, "eval_maj_acc": accuracy + 0.1,
+        "maj_at_k": {str(k): accuracy for k in GRID}, "pass_at_k": {str(k): accuracy for k in GRID},
+        "mean_at_k": accuracy - 0.05, "conformal": conformal, "coverage": coverage, "eval_wall_s": 30.0,
+    }
+
+
+def _write_json(path, record) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+    return str(path)
+
+
+def write_experiment(root) -> dict[str, list[str]]:
+    """Write runs, steps, evals and a matched record of a 3-seed experiment under ``root``; return the paths."""
+    runs = [
+        (_run_record(method, seed, key, g=g, matched=matched), key)
+        for seed in SEEDS
+        for method, key, g, matched in [
+            ("cgrpo", "cgrpo", None, False), ("grpo", "G32", 32, False), ("grpo", "G4", 4, False),
+            ("grpo", "G12", 12, True),
+        ]
+    ]
+    paths: dict[str, list[str]] = {"runs": [], "steps": [], "evals": [], "matched": []}
+    for record, key in runs:
+        folder = root / "runs" / record["run"]
+        paths["runs"].append(_write_json(folder / "run.json", record))
+        _steps(record).to_csv(folder / "steps.csv", index=False)
+        paths["steps"].append(str(folder / "steps.csv"))
+        accuracy = ACCURACY[key][record["seed"]]
+        evaluation = _eval_record(record["run"], accuracy)
+        paths["evals"].append(_write_json(root / "eval" / f"{record['run']}.json", evaluation))
+    paths["evals"].append(_write_json(root / "eval" / "base.json", _eval_record("base", 0.30)))
+    cgrpo_runs = [path for path in paths["runs"] if "/cgrpo_" in path]
+    matched = reporting.match_group_size(cgrpo_runs, BATCH)
+    paths["matched"].append(_write_json(root / "matched" / "g2-4-8-16-32_dauto_r10.json", matched))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory) -> dict[str, list[str]]:
+    return write_experiment(tmp_path_factory.mktemp("experiment"))
+
+
+@pytest.fixture(scope="module")
+def tables(experiment) -> dict[str, pd.DataFrame]:
+    return reporting.build_tables(**experiment)
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def test_summary_has_one_row_per_evaluated_model(tables):
+    summary = tables["summary"]
+    assert len(summary) == 1 + 4 * len(SEEDS)
+    required = {
+        "run", "method", "seed", "num_generations", "budget_grid", "delta", "recalibrate_every", "compute_matched",
+        "eval_greedy_acc", "eval_maj_acc", "train_mean_k", "train_rollout_savings",
+        "train_rollout_savings_with_calibration", "train_rollouts_generated", "calibration_rollouts_generated",
+        "rollouts_per_prompt", "train_tokens_generated", "calibration_tokens_generated", "train_wall_s",
+        "generation_wall_s", "update_wall_s", "calibration_wall_s", "eval_wall_s",
+    }
+    assert required <= set(summary.columns)
+    assert summary["method"].tolist()[0] == "base"
+    assert set(summary["method"]) == {"base", "cgrpo", "grpo"}
+    base = summary.iloc[0]
+    assert base["eval_greedy_acc"] == pytest.approx(0.30) and pd.isna(base["seed"])
+    cgrpo = summary[summary["method"] == "cgrpo"]
+    assert (cgrpo["num_generations"] == 32).all() and (cgrpo["delta"] == "auto").all()
+    assert (cgrpo["setting"] == CGRPO_SETTING).all()
+    assert (cgrpo["total_rollouts_generated"]
+            == cgrpo["train_rollouts_generated"] + cgrpo["calibration_rollouts_generated"]).all()
+    matched = summary[summary["compute_matched"] == True]  # noqa: E712  (object column of bools and None)
+    assert set(matched["setting"]) == {"G=12 (compute-matched)"}
+
+
+def test_summary_refuses_an_eval_without_its_run():
+    with pytest.raises(ValueError, match="no run.json"):
+        reporting.summary_table([], [_eval_record("grpo_s0_G4", 0.1)])
+
+
+def test_summary_refuses_duplicate_runs():
+    record = _run_record("grpo", 0, "G4", g=4)
+    with pytest.raises(ValueError, match="two run records"):
+        reporting.summary_table([record, record], [_eval_record(record["run"], 0.1)])
+
+
+# --------------------------------------------------------------------------- across seeds
+
+
+def test_by_method_means_and_intervals_across_seeds(tables):
+    by_method = tables["by_method"]
+    assert list(by_method[["method", "setting"]].itertuples(index=False, name=None)) == [
+        ("base", "base model"), ("cgrpo", CGRPO_SETTING), ("grpo", "G=12 (compute-matched)"), ("grpo", "G=32"),
+        ("grpo", "G=4"),
+    ]
+    row = by_method.set_index("setting").loc[CGRPO_SETTING]
+    assert row["seeds"] == 3
+    mean, low, high = mean_ci(ACCURACY["cgrpo"])
+    assert row["greedy accuracy"] == pytest.approx(mean)
+    assert row["greedy accuracy 95% CI low"] == pytest.approx(low)
+    assert row["greedy accuracy 95% CI high"] == pytest.approx(high)
+    assert row["rollouts per training prompt (incl. calibration)"] == pytest.approx(np.mean(ROLLOUTS["cgrpo"]))
+    base = by_method.set_index("setting").loc["base model"]
+    assert base["greedy accuracy"] == pytest.approx(0.30)
+    assert math.isnan(base["greedy accuracy 95% CI low"]) and math.isnan(base["training wall clock (s)"])
+
+
+def test_paired_differences_per_baseline(tables):
+    paired = tables["paired"].set_index("baseline")
+    assert set(paired.index) == {"GRPO G=32", "GRPO G=4", "GRPO G=12 (compute-matched)"}
+    assert (paired["C-GRPO setting"] == CGRPO_SETTING).all() and (paired["paired seeds"] == 3).all()
+    differences = np.subtract(ACCURACY["cgrpo"], ACCURACY["G32"])
+    mean, low, high = mean_ci(differences)
+    row = paired.loc["GRPO G=32"]
+    assert row["greedy accuracy difference"] == pytest.approx(mean)
+    assert row["greedy accuracy difference 95% CI low"] == pytest.approx(low)
+    assert row["greedy accuracy difference 95% CI high"] == pytest.approx(high)
+    rollouts = paired.loc["GRPO G=4", "rollouts per training prompt difference"]
+    assert rollouts == pytest.approx(np.mean(ROLLOUTS["cgrpo"]) - 4)
+    assert "training wall clock (s) difference" in paired
+
+
+def test_paired_uses_only_shared_seeds_and_only_its_own_match(tables):
+    summary = tables["summary"]
+    partial = summary[~((summary["setting"] == "G=4") & (summary["seed"] == 2))]
+    other_match = [{"setting": "grid 2-4, delta 0.1, recal 0", "num_generations": 12}]
+    paired = reporting.paired_table(partial, other_match).set_index("baseline")
+    assert paired.loc["GRPO G=4", "paired seeds"] == 2
+    assert "GRPO G=12 (compute-matched)" not in paired.index
+
+
+def test_paired_without_cgrpo_is_empty(tables):
+    summary = tables["summary"]
+    assert reporting.paired_table(summary[summary["method"] != "cgrpo"]).empty
+
+
+# --------------------------------------------------------------------------- conformal, steps, calibrations
+
+
+def test_coverage_and_conformal_tables(tables):
+    coverage = tables["coverage"]
+    assert len(coverage) == (1 + 4 * len(SEEDS)) * 3 * len(GRID)
+    assert set(coverage["delta_mode"]) == {"auto", "0.1", "0.2"}
+    assert {"run", "method", "setting", "seed", "k", "coverage", "nominal", "band_low", "band_high", "ci_low",
+            "ci_high", "n_eval"} <= set(coverage.columns)
+    conformal = tables["conformal"]
+    assert len(conformal) == (1 + 4 * len(SEEDS)) * 2
+    assert conformal["budget histogram"].iloc[0] == "2:50, 4:40, 8:30, 16:40, 32:40"
+
+
+def test_steps_fill_fixed_group_for_grpo(tables):
+    steps = tables["steps"]
+    assert len(steps) == 4 * len(SEEDS) * STEPS
+    grpo = steps[steps["setting"] == "G=4"]
+    assert (grpo["mean_k"] == 4).all() and (grpo["rollout_savings"] == 0).all()
+    cgrpo = steps[steps["method"] == "cgrpo"]
+    assert cgrpo["mean_k"].iloc[0] == pytest.approx(20.0) and cgrpo["rollouts_generated"].notna().all()
+
+
+def test_calibrations_long_table(tables):
+    calibrations = tables["calibrations"]
+    assert len(calibrations) == len(SEEDS) * 3 * len(GRID)
+    assert set(calibrations["step"]) == {0, 5, 10} and set(calibrations["k"]) == set(GRID)
+    assert (calibrations["setting"] == CGRPO_SETTING).all()
+
+
+def test_build_tables_refuses_steps_without_run(experiment, tmp_path):
+    stray = tmp_path / "stray" / "steps.csv"
+    stray.parent.mkdir()
+    stray.write_text("step,reward\n1,0.1\n")
+    with pytest.raises(ValueError, match="no run.json"):
+        reporting.build_tables(experiment["runs"], [*experiment["steps"], str(stray)], experiment["evals"])
+
+
+# --------------------------------------------------------------------------- compute matching
+
+
+def test_match_group_size(experiment):
+    runs = [path for path in experiment["runs"] if "/cgrpo_" in path]
+    matched = reporting.match_group_size(runs, BATCH)
+    target = np.mean(ROLLOUTS["cgrpo"])
+    assert matched["rollouts_per_prompt"] == pytest.approx(target)
+    assert matched["num_generations"] == nearest_admissible_g(target, BATCH) == 12
+    assert matched["setting"] == CGRPO_SETTING and len(matched["runs"]) == 3
+
+
+def test_match_group_size_needs_one_cgrpo_setting(experiment):
+    with pytest.raises(ValueError, match="one setting"):
+        reporting.match_group_size(experiment["runs"][:2], BATCH)
+    with pytest.raises(ValueError, match="No run.json"):
+        reporting.match_group_size([], BATCH)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def test_markdown_merges_intervals_and_hides_missing(tables):
+    text = reporting.markdown(tables["by_method"])
+    lines = text.splitlines()
+    assert lines[0].startswith("| method") and set(lines[1]) <= set("|:-")
+    assert "greedy accuracy [95% CI]" in lines[0] and "95% CI low" not in text
+    mean, low, high = mean_ci(ACCURACY["cgrpo"])
+    assert f"{mean:.4g} [{low:.4g}, {high:.4g}]" in text
+    assert "nan" not in text.lower()
+
+
+def test_write_table(tables, tmp_path):
+    reporting.write_table(tables["summary"], tmp_path / "t" / "summary.csv", tmp_path / "t" / "summary.md")
+    back = pd.read_csv(tmp_path / "t" / "summary.csv")
+    assert back["run"].tolist() == tables["summary"]["run"].tolist()
+    assert (tmp_path / "t" / "summary.md").read_text().startswith("| run")
+    reporting.write_table(tables["steps"], tmp_path / "steps.csv")
+    assert not (tmp_path / "steps.md").exists()
+
+
+def test_setting_label_and_delta():
+    assert reporting.format_delta("auto") == "auto" and reporting.format_delta(0.10) == "0.1"
+    assert reporting.setting_label({"method": "grpo", "num_generations": 4}) == "G=4"
+    with pytest.raises(ValueError, match="Unknown method"):
+        reporting.setting_label({"method": "ppo", "run": "x"})
+
+
+# --------------------------------------------------------------------------- plots
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("function", "table"),
+    [
+        (plots.plot_pareto, "summary"),
+        (plots.plot_training_curves, "steps"),
+        (plots.plot_thresholds, "calibrations"),
+        (plots.plot_coverage, "coverage"),
+    ],
+)
+def test_plots_write_png(tables, tmp_path, function, table):
+    path = tmp_path / "figures" / f"{table}.png"
+    function(tables[table], path)
+    assert path.read_bytes()[:8] == PNG_MAGIC and path.stat().st_size > 10_000
+    empty = tmp_path / "empty.png"
+    function(tables[table].iloc[0:0], empty)
+    assert empty.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_plot_all_from_csv_round_trip(tables, tmp_path):
+    for name in ("summary", "steps", "calibrations", "coverage"):
+        reporting.write_table(tables[name], tmp_path / f"{name}.csv")
+    loaded = {name: pd.read_csv(tmp_path / f"{name}.csv") for name in ("summary", "steps", "calibrations", "coverage")}
+    paths = {name: tmp_path / f"{name}.png" for name in ("pareto", "training_curves", "thresholds", "coverage")}
+    plots.plot_all(loaded, paths)
+    assert all(path.stat().st_size > 10_000 for path in paths.values())

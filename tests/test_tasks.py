@@ -1,0 +1,165 @@
+"""Tasks: registry, arithmetic generator, GSM8K loader, answer extraction, prompts and rewards."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from cgrpo.tasks import available_tasks, extract_answer, get_task, is_well_formed, normalize_number, parse_gold
+from cgrpo.tasks.arithmetic import generate_problems
+
+GSM8K_ROWS = [
+    {"question": "Natalia sold 48 clips in April and half as many in May. How many in all?",
+     "answer": "She sold 48/2 = <<48/2=24>>24 in May.\nSo 48+24 = <<48+24=72>>72.\n#### 72"},
+    {"question": "A shop earns $1,200 a day. How much in 10 days?", "answer": "1200*10 = 12000\n#### 12,000"},
+]
+
+
+def test_registry_lists_tasks_and_rejects_unknown_names():
+    assert {"arithmetic", "gsm8k"} <= set(available_tasks())
+    with pytest.raises(ValueError, match="arithmetic"):
+        get_task("nope")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1,234", "1234"), ("+5", "5"), ("3.0", "3"), ("-0", "0"), ("-0.00", "0"), ("26.", "26"),
+        ("\u22127", "-7"), ("12 345", "12345"), ("007", "7"), ("0.50", "0.5"), ("$18", "18"),
+        ("123456789012345678901234567890.000", "123456789012345678901234567890"),
+        ("abc", None), ("", None), ("+", None), ("3..", None), ("1e5", None), ("5/2", None),
+    ],
+)
+def test_normalize_number(text, expected):
+    assert normalize_number(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("7*3=21 21+5=26 #### 26", "26"),
+        ("#### 1 then #### 2", "2"),  # the last marker counts
+        ("no marker 26", None),
+        ("#### twenty", None),
+        ("#### 26 apples", None),
+        ("####", None),
+        ("#### 26\nThanks!", "26"),
+        ("#### \u221212.", "-12"),
+        ("#### 1,000,000,000,000,000,000,000", "1000000000000000000000"),
+        ("#### 99999999999999999999999999.5", "99999999999999999999999999.5"),
+    ],
+)
+def test_extract_hash_answers(completion, expected):
+    assert extract_answer(completion) == expected
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [(r"so \boxed{26}", "26"), (r"\boxed{1} \boxed{2}", "2"), (r"\boxed{\frac{1}{2}}", None), (r"\boxed{26", None),
+     ("#### 26", None)],
+)
+def test_extract_boxed_answers(completion, expected):
+    assert extract_answer(completion, "boxed") == expected
+
+
+@pytest.mark.parametrize(
+    ("completion", "hash_ok", "boxed_ok"),
+    [("1+2=3 #### 3", True, False), ("#### 3  \n", True, False), ("#### 3\nmore", False, False),
+     ("#### x", False, False), (r"1+2=3 \boxed{3} ", False, True), (r"\boxed{3} and more", False, False)],
+)
+def test_format_check(completion, hash_ok, boxed_ok):
+    assert is_well_formed(completion, "hash") is hash_ok
+    assert is_well_formed(completion, "boxed") is boxed_ok
+
+
+def test_gold_parsing_and_malformed_gold():
+    assert parse_gold(GSM8K_ROWS[1]["answer"]) == "12000"
+    with pytest.raises(ValueError, match="does not end"):
+        parse_gold("no final answer")
+
+
+def test_unknown_answer_format_is_rejected():
+    with pytest.raises(ValueError, match="answer_format"):
+        get_task("arithmetic", answer_format="latex")
+
+
+def test_generator_is_deterministic_and_seed_dependent():
+    first, again, other = (generate_problems(50, seed) for seed in (3, 3, 4))
+    assert first.to_list() == again.to_list()
+    assert first["question"] != other["question"]
+
+
+def test_generator_spreads_difficulty_and_keeps_answers_short():
+    problems = generate_problems(2000, 0)
+    assert set(Counter(problems["num_ops"])) == {1, 2, 3}
+    assert set(Counter(problems["size"])) == {"small", "medium", "large"}
+    assert max(len(answer) for answer in problems["answer"]) <= 40
+    for example in problems.select(range(200)):
+        steps = example["answer"].split(" #### ")[0].split()
+        assert len(steps) == example["num_ops"]
+        assert eval(steps[-1].split("=")[0]) == int(parse_gold(example["answer"]))  # noqa: S307 - digits and +-* only
+
+
+def test_arithmetic_is_the_gsm8k_task_with_a_generating_loader():
+    arithmetic, gsm8k = get_task("arithmetic", num_examples=5), get_task("gsm8k")
+    example = arithmetic.load()[0]
+    assert arithmetic.format_prompt(example["question"]) == gsm8k.format_prompt(example["question"])
+    assert arithmetic.gold(example["answer"]) == arithmetic.extract(example["answer"])
+    with pytest.raises(ValueError, match="one pool"):
+        arithmetic.load("test")
+
+
+def test_boxed_format_changes_prompt_generator_and_rewards():
+    task = get_task("arithmetic", num_examples=5, answer_format="boxed")
+    example = task.load()[0]
+    assert example["answer"].endswith("}") and "\\boxed{" in example["answer"]
+    assert "\\boxed{<answer>}" in task.format_prompt("q")
+    data = task.to_prompt_dataset(task.load())
+    correctness, formatting = task.reward_funcs
+    assert correctness(completions=[example["answer"]], answer=[data[0]["answer"]]) == [1.0]
+    assert formatting(completions=[example["answer"], "#### 3"]) == [1.0, 0.0]
+
+
+def test_chat_prompts_are_conversations():
+    task = get_task("arithmetic", num_examples=3, chat=True)
+    prompt = task.to_prompt_dataset(task.load())[0]["prompt"]
+    assert prompt[0]["role"] == "user" and "#### <answer>" in prompt[0]["content"]
+
+
+def test_rewards_accept_strings_and_conversational_completions():
+    correctness, formatting = get_task("gsm8k").reward_funcs
+    texts = ["3+4=7 #### 7", "#### 8", "I think 7"]
+    messages = [[{"role": "assistant", "content": text}] for text in texts]
+    for completions in (texts, messages):
+        assert correctness(completions=completions, answer=["7"] * 3, prompts=["p"] * 3) == [1.0, 0.0, 0.0]
+        assert formatting(completions=completions, answer=["7"] * 3) == [1.0, 1.0, 0.0]
+    assert [fn.func.__name__ for fn in (correctness, formatting)] == ["correctness_reward", "format_reward"]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_gsm8k_loads_local_files(tmp_path, suffix):
+    path = tmp_path / f"gsm8k{suffix}"
+    if suffix == ".jsonl":
+        path.write_text("".join(json.dumps(row) + "\n" for row in GSM8K_ROWS))
+    else:
+        import pandas as pd
+
+        pd.DataFrame(GSM8K_ROWS).to_csv(path, index=False)
+    task = get_task("gsm8k", source=str(path))
+    data = task.to_prompt_dataset(task.load())
+    assert data["answer"] == ["72", "12000"]
+    assert data[0]["prompt"].startswith("Question: Natalia") and data[0]["prompt"].endswith("Answer: ")
+
+
+def test_gsm8k_local_split_placeholder_and_errors(tmp_path):
+    (tmp_path / "test.jsonl").write_text(json.dumps(GSM8K_ROWS[0]) + "\n")
+    assert get_task("gsm8k", source=str(tmp_path / "{split}.jsonl")).load("test").num_rows == 1
+    with pytest.raises(ValueError, match="holds one split"):
+        get_task("gsm8k", source=str(tmp_path / "test.jsonl")).load("test")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        get_task("gsm8k", source=str(tmp_path / "missing.jsonl")).load()
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"problem": "x", "answer": "#### 1"}) + "\n")
+    with pytest.raises(ValueError, match="question"):
+        get_task("gsm8k", source=str(tmp_path / "bad.jsonl")).load()

@@ -1,0 +1,195 @@
+"""The Snakemake workflow: dry runs of every shipped config, config validation, lint, and a smoke run.
+
+Every run works in a temporary directory (``--directory``), so nothing is written to the
+repository's ``results/`` or ``.snakemake/``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from snakemake.utils import update_config
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "Snakefile"
+CONFIGS = sorted((REPO / "config").glob("*.yaml"))
+EMBEDDED = REPO / "config" / "config.yaml"
+SMOKE_BUDGET_S = 180
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the workflow's Snakemake in ``workdir`` without the local profile; stdout and stderr are merged."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "snakemake", "--workflow-profile", "none", "--snakefile", str(SNAKEFILE),
+               "--directory", str(workdir), *args]
+    return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                          timeout=timeout, check=False)
+
+
+def workdir_like_repo(tmp_path: Path) -> Path:
+    """A working directory holding the embedded default config, as the repository root does."""
+    (tmp_path / "config").mkdir()
+    shutil.copy(EMBEDDED, tmp_path / "config" / "config.yaml")
+    return tmp_path
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The "Job stats" table of a dry run as {rule: count}."""
+    table = output.split("Job stats:")[1].split("Reasons:")[0]
+    return {rule: int(count) for rule, count in re.findall(r"^(\w+)\s+(\d+)$", table, flags=re.MULTILINE)}
+
+
+def load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+# --------------------------------------------------------------------------- shipped configs
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda path: path.stem)
+def test_dry_run(tmp_path, config):
+    result = snakemake(workdir_like_repo(tmp_path), "-n", "--cores", "1", "--configfile", str(config))
+    assert result.returncode == 0, result.stdout
+    settings = load(config)
+    seeds = len(settings["seeds"])
+    cgrpo_settings = (len(settings["cgrpo"]["budget_grids"]) * len(settings["cgrpo"]["deltas"])
+                      * len(settings["cgrpo"]["recalibrate_every"]))
+    counts = job_counts(result.stdout)
+    assert counts["train_cgrpo"] == seeds * cgrpo_settings
+    assert counts["train_grpo"] == seeds * len(settings["grpo"]["num_generations"])
+    # Before match_compute has run, only the base model and the static runs are known to be evaluated.
+    assert counts["evaluate"] == 1 + counts["train_cgrpo"] + counts["train_grpo"]
+    assert counts["match_compute"] == cgrpo_settings
+    assert counts["calibrate"] == len(settings["cgrpo"]["budget_grids"])
+    assert "checkpoint jobs" in result.stdout
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda path: path.stem)
+def test_shipped_configs_are_complete(config):
+    """`--configfile` merges over the embedded default: a complete config must come out unchanged."""
+    shipped = load(config)
+    merged = copy.deepcopy(load(EMBEDDED))
+    update_config(merged, shipped)
+    if not shipped["base_model"]["bootstrap"]:
+        # Bootstrap settings are unused when the base model comes from the hub.
+        merged["base_model"]["options"] = shipped["base_model"]["options"]
+    assert merged == shipped
+
+
+def test_lint_is_clean(tmp_path):
+    result = snakemake(workdir_like_repo(tmp_path), "--lint")
+    assert result.returncode == 0, result.stdout
+    assert "Lints for" not in result.stdout
+    assert "Congratulations" in result.stdout
+
+
+def test_profiles():
+    local = load(REPO / "workflow" / "profiles" / "default" / "config.yaml")
+    assert local["cores"] == 2
+    slurm = load(REPO / "workflow" / "profiles" / "slurm" / "config.yaml")
+    assert slurm["executor"] == "slurm"
+    assert {"slurm_partition", "runtime", "mem_mb"} <= set(slurm["default-resources"])
+    for rule in ("train_cgrpo", "train_grpo", "evaluate"):
+        assert slurm["set-resources"][rule]["gpu"] == 1
+    # The slurm plugin rejects GPU requests made through slurm_extra.
+    assert "--gres" not in yaml.safe_dump(slurm) and "--gpus" not in yaml.safe_dump(slurm)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _set(config: dict, dotted: str, value) -> None:
+    *parents, key = dotted.split(".")
+    for parent in parents:
+        config = config[parent]
+    config[key] = value
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("training.max_steps", -3, "['training']['max_steps']"),
+        ("task.name", "mmlu", "'mmlu' is not one of"),
+        ("cgrpo.budget_grids", [[2, 8, 4]], "cgrpo.budget_grids[0]"),
+        ("cgrpo.budget_grids", [[2, 4.5, 8]], "['cgrpo']['budget_grids'][0][1]"),
+        ("cgrpo.budget_grids", [[2, 4.0, 8]], "cgrpo.budget_grids[0]"),
+        ("cgrpo.deltas", ["auto", 1.5], "['cgrpo']['deltas'][1]"),
+        ("evaluation.deltas", [0.0], "['evaluation']['deltas'][0]"),
+        ("grpo.num_generations", [1], "['grpo']['num_generations'][0]"),
+        ("trainig", {"max_steps": 3}, "'trainig' was unexpected"),
+        ("cgrpo.options.scor", "aps", "'scor' was unexpected"),
+        ("base_model.bootstrap", False, "['base_model']['path']"),
+        ("training.num_generations", 8, "training.num_generations"),
+        ("seeds", [], "['seeds']"),
+    ],
+)
+def test_bad_config_is_rejected_naming_the_key(tmp_path, key, value, message):
+    config = load(REPO / "config" / "smoke.yaml")
+    _set(config, key, value)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path))
+    assert result.returncode != 0
+    assert message in result.stdout, result.stdout
+
+
+def test_defaults_fill_a_minimal_config(tmp_path):
+    minimal = {"experiment": "minimal", "task": {"name": "arithmetic"},
+               "splits": {"sizes": {"train": 64, "calibration": 16, "eval": 16}}}
+    path = tmp_path / "minimal.yaml"
+    path.write_text(yaml.safe_dump(minimal))
+    result = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path))
+    assert result.returncode == 0, result.stdout
+    counts = job_counts(result.stdout)
+    # Schema defaults: seeds [0, 1, 2], one grid, delta auto, one recalibration interval, GRPO at G = 32 and 4.
+    assert counts["train_cgrpo"] == 3 and counts["train_grpo"] == 6
+    assert "results/minimal/runs/cgrpo_s0_g2-4-8-16-32_dauto_r50/run.json" in result.stdout
+
+
+def test_without_compute_matching_there_is_no_checkpoint(tmp_path):
+    config = load(REPO / "config" / "smoke.yaml")
+    config["grpo"]["compute_matched"] = False
+    path = tmp_path / "unmatched.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path))
+    assert result.returncode == 0, result.stdout
+    assert "match_compute" not in job_counts(result.stdout)
+    assert "checkpoint jobs" not in result.stdout
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+@pytest.mark.slow
+def test_smoke_pipeline_end_to_end(tmp_path):
+    started = time.perf_counter()
+    result = snakemake(tmp_path, "--cores", "2", "--configfile", str(REPO / "config" / "smoke.yaml"),
+                       timeout=SMOKE_BUDGET_S)
+    elapsed = time.perf_counter() - started
+    assert result.returncode == 0, result.stdout[-5000:]
+    assert elapsed <= SMOKE_BUDGET_S
+    results = tmp_path / "results" / "smoke"
+    summary = pd.read_csv(results / "tables" / "summary.csv")
+    assert summary["run"].tolist()[0] == "base"
+    assert set(summary["method"]) == {"base", "cgrpo", "grpo"}
+    assert summary["compute_matched"].astype(str).eq("True").sum() == 1
+    assert not pd.read_csv(results / "tables" / "by_method.csv").empty
+    for table in ("summary", "by_method", "paired", "coverage", "conformal"):
+        assert (results / "tables" / f"{table}.md").read_text().startswith("|")
+    for plot in ("pareto", "training_curves", "thresholds", "coverage"):
+        assert (results / "plots" / f"{plot}.png").stat().st_size > 0
+    report = results / "report.html"
+    result = snakemake(tmp_path, "--configfile", str(REPO / "config" / "smoke.yaml"), "--report", str(report))
+    assert result.returncode == 0, result.stdout[-5000:]
+    assert report.stat().st_size > 0

@@ -1,0 +1,28 @@
+rule calibrate:
+    input:
+        base_model=base_model_record,
+        splits="results/{exp}/splits/manifest.json",
+    output:
+        thresholds="results/{exp}/calibration/{grid}/thresholds.json",
+        table=report(
+            "results/{exp}/calibration/{grid}/thresholds.csv",
+            caption="../report/initial_thresholds.rst",
+            category="Calibration",
+            labels={"budget grid": "{grid}"},
+        ),
+    log:
+        "results/{exp}/logs/calibrate/{grid}.log",
+    benchmark:
+        "results/{exp}/benchmarks/calibrate/{grid}.tsv"
+    # C-GRPO runs gate the compute-matched baselines, so their chain goes first.
+    priority: 2
+    conda:
+        "../envs/cgrpo.yaml"
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=120,
+    params:
+        spec=calibrate_spec,
+    script:
+        "../scripts/calibrate.py"

@@ -1,0 +1,321 @@
+import json
+import re
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+##### config validation #####
+
+
+validate(config, schema="../schemas/config.schema.yaml")
+
+
+def check_config(config):
+    """Reject what the JSON schema cannot express; every message names the offending key."""
+    for index, grid in enumerate(config["cgrpo"]["budget_grids"]):
+        # The schema accepts 2.0 as an integer, and cannot say "strictly increasing".
+        if any(type(k) is not int for k in grid) or grid != sorted(set(grid)):
+            raise WorkflowError(
+                f"config key cgrpo.budget_grids[{index}] = {grid} must be a strictly "
+                "increasing list of integers, e.g. [2, 4, 8, 16, 32]."
+            )
+        if grid[-1] < 2:
+            raise WorkflowError(
+                f"config key cgrpo.budget_grids[{index}] = {grid} needs a largest budget "
+                "of at least 2: GRPO needs two completions per group."
+            )
+    # Group sizes come from cgrpo.budget_grids and grpo.num_generations, one per run.
+    for key, section in [
+        ("training", config["training"]),
+        ("cgrpo.trainer", config["cgrpo"]["trainer"]),
+        ("grpo.trainer", config["grpo"]["trainer"]),
+    ]:
+        if "num_generations" in section:
+            raise WorkflowError(
+                f"config key {key}.num_generations is not allowed: set group sizes with "
+                "cgrpo.budget_grids and grpo.num_generations."
+            )
+
+
+check_config(config)
+
+
+##### wildcards and run names #####
+
+
+wildcard_constraints:
+    exp=re.escape(config["experiment"]),
+    seed=r"\d+",
+    grid=r"\d+(?:-\d+)*",
+    delta=r"auto|[0-9.]+(?:e-?[0-9]+)?",
+    recal=r"\d+",
+    G=r"\d+",
+    # Empty for a fixed-G baseline, "_matched" for the compute-matched one.
+    matched=r"(?:_matched)?",
+    run=r"base|cgrpo_s\d+_g\d+(?:-\d+)*_d[^_/]+_r\d+|grpo_s\d+_G\d+(?:_matched)?",
+
+
+def format_grid(grid):
+    """Budget grid as it appears in paths and run names: [2, 4, 8] -> "2-4-8"."""
+    return "-".join(str(k) for k in grid)
+
+
+def parse_grid(text):
+    """Inverse of format_grid."""
+    return [int(k) for k in text.split("-")]
+
+
+def format_delta(delta):
+    """Delta as it appears in paths and run names: "auto" or the shortest float spelling."""
+    return "auto" if delta == "auto" else f"{delta:g}"
+
+
+def parse_delta(text):
+    """Inverse of format_delta: "auto" or a float."""
+    return "auto" if text == "auto" else float(text)
+
+
+def cgrpo_settings():
+    """Wildcard values (grid, delta, recal) of every configured C-GRPO setting."""
+    return [
+        {"grid": format_grid(grid), "delta": format_delta(delta), "recal": str(recal)}
+        for grid in config["cgrpo"]["budget_grids"]
+        for delta in config["cgrpo"]["deltas"]
+        for recal in config["cgrpo"]["recalibrate_every"]
+    ]
+
+
+def cgrpo_runs(setting=None):
+    """Names of the C-GRPO runs of one setting (wildcards or dict), or of all settings."""
+    settings = [setting] if setting is not None else cgrpo_settings()
+    return [
+        f"cgrpo_s{seed}_g{s['grid']}_d{s['delta']}_r{s['recal']}"
+        for s in settings
+        for seed in config["seeds"]
+    ]
+
+
+def grpo_runs(group_sizes, matched=False):
+    """Names of the fixed-G GRPO runs at each group size, for every seed."""
+    suffix = "_matched" if matched else ""
+    return [
+        f"grpo_s{seed}_G{size}{suffix}"
+        for size in group_sizes
+        for seed in config["seeds"]
+    ]
+
+
+def static_runs():
+    """Training runs known before any training: C-GRPO and the configured fixed-G GRPO."""
+    return cgrpo_runs() + grpo_runs(config["grpo"]["num_generations"])
+
+
+def matched_setting_files(wildcards):
+    """The match_compute checkpoint's output of every C-GRPO setting."""
+    if not config["grpo"]["compute_matched"]:
+        return []
+    return [
+        f"results/{wildcards.exp}/matched/g{s['grid']}_d{s['delta']}_r{s['recal']}.json"
+        for s in cgrpo_settings()
+    ]
+
+
+def matched_runs(wildcards):
+    """Compute-matched GRPO runs; their group sizes are known once match_compute has run."""
+    if not config["grpo"]["compute_matched"]:
+        return []
+    sizes = set()
+    for setting in cgrpo_settings():
+        matched = checkpoints.match_compute.get(
+            exp=wildcards.exp, **setting
+        ).output.matched
+        sizes.add(json.loads(Path(matched).read_text())["num_generations"])
+    return grpo_runs(sorted(sizes), matched=True)
+
+
+def run_files(filename, matched=False):
+    """Input function giving `filename` of every static training run, or of every matched one.
+
+    The two groups are separate inputs so that waiting for the checkpoint does not hold back the
+    static runs.
+    """
+
+    def files(wildcards):
+        runs = matched_runs(wildcards) if matched else static_runs()
+        return [f"results/{wildcards.exp}/runs/{run}/{filename}" for run in runs]
+
+    return files
+
+
+def evaluation_files(matched=False):
+    """Input function giving the eval record of the base model and every static (or matched) run."""
+
+    def files(wildcards):
+        runs = matched_runs(wildcards) if matched else ["base", *static_runs()]
+        return [f"results/{wildcards.exp}/eval/{run}.json" for run in runs]
+
+    return files
+
+
+def cgrpo_setting_records(wildcards):
+    """run.json of every seed of the C-GRPO setting in the wildcards."""
+    return [
+        f"results/{wildcards.exp}/runs/{run}/run.json" for run in cgrpo_runs(wildcards)
+    ]
+
+
+TABLES = ["summary", "by_method", "paired", "coverage", "conformal"]
+PLOTS = ["pareto", "training_curves", "thresholds", "coverage"]
+
+
+def final_outputs():
+    """The targets of the workflow, the tables (csv and markdown) and the plots."""
+    exp = config["experiment"]
+    return [
+        *(f"results/{exp}/tables/{t}.{ext}" for t in TABLES for ext in ("csv", "md")),
+        *(f"results/{exp}/plots/{p}.png" for p in PLOTS),
+    ]
+
+
+##### specs handed to the library #####
+
+
+def base_model_location(record):
+    """Where the base model loads from: the bootstrapped folder holding `record`, or the
+    configured hub id or path."""
+    if config["base_model"]["bootstrap"]:
+        return str(Path(record).parent)
+    return config["base_model"]["path"]
+
+
+def task_spec():
+    """The task's name and factory options, as the library's specs take them."""
+    return {"name": config["task"]["name"], "options": config["task"]["options"]}
+
+
+def method_trainer(method):
+    """GRPOConfig overrides of a method: `training` updated with `<method>.trainer`.
+
+    Anything but "cgrpo" and "grpo" (the base model) gets `training` alone.
+    """
+    if method not in ("cgrpo", "grpo"):
+        return dict(config["training"])
+    return {**config["training"], **config[method]["trainer"]}
+
+
+def base_model_record(wildcards):
+    """The base_model rule's record, an input of every rule that loads the base model."""
+    return f"results/{wildcards.exp}/base_model/source.json"
+
+
+def base_model_params(wildcards):
+    """What the base_model rule records, and the bootstrap settings when it trains the model."""
+    bootstrap = config["base_model"]["bootstrap"]
+    return {
+        "bootstrap": bootstrap,
+        "path": config["base_model"]["path"],
+        "options": config["base_model"]["options"] if bootstrap else {},
+    }
+
+
+def split_params(wildcards):
+    """Task, sizes and seed of the split rule."""
+    return {
+        "task": task_spec(),
+        "sizes": config["splits"]["sizes"],
+        "seed": config["splits"]["seed"],
+        "eval_source_split": config["splits"]["eval_source_split"],
+    }
+
+
+def calibrate_spec(wildcards, input):
+    """Spec of cgrpo.runs.calibrate_initial for the grid in the wildcards."""
+    return {
+        "model": base_model_location(input.base_model),
+        "splits": str(Path(input.splits).parent),
+        "task": task_spec(),
+        "budget_grid": parse_grid(wildcards.grid),
+        # One initial calibration serves every seed, so it uses the split seed.
+        "seed": config["splits"]["seed"],
+        "cgrpo": config["cgrpo"]["options"],
+        "trainer": method_trainer("cgrpo"),
+        "peft": config["peft"],
+    }
+
+
+def train_cgrpo_spec(wildcards, input, output):
+    """Spec of cgrpo.runs.train_run for one C-GRPO run."""
+    return {
+        "run": Path(output.run).parent.name,
+        "method": "cgrpo",
+        "model": base_model_location(input.base_model),
+        "splits": str(Path(input.splits).parent),
+        "task": task_spec(),
+        "seed": int(wildcards.seed),
+        "trainer": method_trainer("cgrpo"),
+        "budget_grid": parse_grid(wildcards.grid),
+        "delta": parse_delta(wildcards.delta),
+        "recalibrate_every": int(wildcards.recal),
+        "cgrpo": config["cgrpo"]["options"],
+        "initial_calibration": input.calibration,
+        "peft": config["peft"],
+    }
+
+
+def train_grpo_spec(wildcards, input, output):
+    """Spec of cgrpo.runs.train_run for one fixed-G GRPO run."""
+    return {
+        "run": Path(output.run).parent.name,
+        "method": "grpo",
+        "model": base_model_location(input.base_model),
+        "splits": str(Path(input.splits).parent),
+        "task": task_spec(),
+        "seed": int(wildcards.seed),
+        "trainer": method_trainer("grpo"),
+        "num_generations": int(wildcards.G),
+        "compute_matched": wildcards.matched == "_matched",
+        # Savings are measured against fixed G = max(budget grid), as for the C-GRPO runs.
+        "reference_budget": max(config["cgrpo"]["budget_grids"][0]),
+        "peft": config["peft"],
+    }
+
+
+def grpo_batch_size(wildcards):
+    """Rows per GRPO batch; a compute-matched group size must divide it."""
+    return method_trainer("grpo")["per_device_train_batch_size"]
+
+
+def evaluation_inputs(wildcards):
+    """The model to evaluate (a run's model folder, or the base model's record) and the splits."""
+    model = (
+        base_model_record(wildcards)
+        if wildcards.run == "base"
+        else f"results/{wildcards.exp}/runs/{wildcards.run}/model"
+    )
+    return {"model": model, "splits": f"results/{wildcards.exp}/splits/manifest.json"}
+
+
+def evaluate_spec(wildcards, input):
+    """Spec of cgrpo.evaluation.evaluate_model for one run (or the base model)."""
+    run = wildcards.run
+    seed = re.search(r"_s(\d+)_", run)
+    # Every run is scored on the same grid so that its eval metrics are comparable across runs.
+    grid = config["cgrpo"]["budget_grids"][0]
+    # Unset (null) entries are left out so the library falls back to the training settings.
+    evaluation = {k: v for k, v in config["evaluation"].items() if v is not None}
+    evaluation.update(
+        num_samples=max(grid),
+        budget_grid=grid,
+        score=config["cgrpo"]["options"]["score"],
+        delta_margin=config["cgrpo"]["options"]["delta_margin"],
+    )
+    return {
+        "run": run,
+        "model": base_model_location(input.model) if run == "base" else input.model,
+        "splits": str(Path(input.splits).parent),
+        "task": task_spec(),
+        "seed": int(seed.group(1)) if seed else config["splits"]["seed"],
+        "evaluation": evaluation,
+        "trainer": method_trainer(run.split("_")[0]),
+    }

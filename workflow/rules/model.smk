@@ -1,0 +1,17 @@
+rule base_model:
+    output:
+        record="results/{exp}/base_model/source.json",
+    log:
+        "results/{exp}/logs/base_model.log",
+    benchmark:
+        "results/{exp}/benchmarks/base_model.tsv"
+    conda:
+        "../envs/cgrpo.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=120,
+    params:
+        settings=base_model_params,
+    script:
+        "../scripts/base_model.py"

@@ -1,0 +1,76 @@
+rule train_cgrpo:
+    input:
+        base_model=base_model_record,
+        splits="results/{exp}/splits/manifest.json",
+        calibration="results/{exp}/calibration/{grid}/thresholds.json",
+    output:
+        run="results/{exp}/runs/cgrpo_s{seed}_g{grid}_d{delta}_r{recal}/run.json",
+        steps="results/{exp}/runs/cgrpo_s{seed}_g{grid}_d{delta}_r{recal}/steps.csv",
+        model=directory(
+            "results/{exp}/runs/cgrpo_s{seed}_g{grid}_d{delta}_r{recal}/model"
+        ),
+    log:
+        "results/{exp}/logs/train/cgrpo_s{seed}_g{grid}_d{delta}_r{recal}.log",
+    benchmark:
+        "results/{exp}/benchmarks/train/cgrpo_s{seed}_g{grid}_d{delta}_r{recal}.tsv"
+    # C-GRPO runs gate the compute-matched baselines, so their chain goes first.
+    priority: 2
+    conda:
+        "../envs/cgrpo.yaml"
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=480,
+    params:
+        spec=train_cgrpo_spec,
+    script:
+        "../scripts/train.py"
+
+
+rule train_grpo:
+    input:
+        base_model=base_model_record,
+        splits="results/{exp}/splits/manifest.json",
+    output:
+        run="results/{exp}/runs/grpo_s{seed}_G{G}{matched}/run.json",
+        steps="results/{exp}/runs/grpo_s{seed}_G{G}{matched}/steps.csv",
+        model=directory("results/{exp}/runs/grpo_s{seed}_G{G}{matched}/model"),
+    log:
+        "results/{exp}/logs/train/grpo_s{seed}_G{G}{matched}.log",
+    benchmark:
+        "results/{exp}/benchmarks/train/grpo_s{seed}_G{G}{matched}.tsv"
+    # Training before evaluation keeps the cores busy with what later jobs wait for.
+    priority: 1
+    conda:
+        "../envs/cgrpo.yaml"
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=480,
+    params:
+        spec=train_grpo_spec,
+    script:
+        "../scripts/train.py"
+
+
+checkpoint match_compute:
+    input:
+        runs=cgrpo_setting_records,
+    output:
+        matched="results/{exp}/matched/g{grid}_d{delta}_r{recal}.json",
+    log:
+        "results/{exp}/logs/match_compute/g{grid}_d{delta}_r{recal}.log",
+    benchmark:
+        "results/{exp}/benchmarks/match_compute/g{grid}_d{delta}_r{recal}.tsv"
+    # C-GRPO runs gate the compute-matched baselines, so their chain goes first.
+    priority: 2
+    conda:
+        "../envs/cgrpo.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    params:
+        batch_size=grpo_batch_size,
+    script:
+        "../scripts/match_compute.py"

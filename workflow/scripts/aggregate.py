@@ -1,0 +1,15 @@
+"""Build the comparison tables from every run, eval and compute-matching record (rule aggregate)."""
+
+from cgrpo.logs import log_to_file
+from cgrpo.reporting import build_tables, write_table
+
+log_to_file(snakemake.log[0])
+
+tables = build_tables(
+    runs=[*snakemake.input.runs, *snakemake.input.matched_runs],
+    steps=[*snakemake.input.steps, *snakemake.input.matched_steps],
+    evals=[*snakemake.input.evals, *snakemake.input.matched_evals],
+    matched=snakemake.input.matched,
+)
+for name, table in tables.items():
+    write_table(table, snakemake.output[name], snakemake.output.get(f"{name}_md"))

@@ -1,0 +1,16 @@
+"""Bootstrap the tiny base model, or only record the configured hub id or path (rule base_model)."""
+
+import json
+from pathlib import Path
+
+from cgrpo.bootstrap import bootstrap_base_model
+from cgrpo.logs import log_to_file
+
+# The bootstrap is deterministic for a given thread count, so pin it to the job's threads.
+log_to_file(snakemake.log[0], threads=snakemake.threads)
+
+settings = snakemake.params.settings
+record = Path(snakemake.output.record)
+if settings["bootstrap"]:
+    bootstrap_base_model(record.parent, verbose=True, **settings["options"])
+record.write_text(json.dumps(settings, indent=1) + "\n")

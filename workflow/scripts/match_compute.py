@@ -1,0 +1,14 @@
+"""Find the fixed group size matching one C-GRPO setting's generated rollouts (checkpoint match_compute)."""
+
+import json
+import logging
+from pathlib import Path
+
+from cgrpo.logs import log_to_file
+from cgrpo.reporting import match_group_size
+
+log_to_file(snakemake.log[0])
+
+matched = match_group_size(snakemake.input.runs, snakemake.params.batch_size)
+logging.info("compute-matched group size: %s", matched)
+Path(snakemake.output.matched).write_text(json.dumps(matched, indent=1) + "\n")

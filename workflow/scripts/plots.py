@@ -1,0 +1,11 @@
+"""Draw the report figures from the aggregated tables (rule plots)."""
+
+import pandas as pd
+
+from cgrpo.logs import log_to_file
+from cgrpo.plots import plot_all
+
+log_to_file(snakemake.log[0])
+
+tables = {name: pd.read_csv(path) for name, path in snakemake.input.items()}
+plot_all(tables, dict(snakemake.output.items()))

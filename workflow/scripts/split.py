@@ -1,0 +1,20 @@
+"""Carve disjoint train, calibration and eval splits of the task's data (rule split)."""
+
+from pathlib import Path
+
+from cgrpo.logs import log_to_file
+from cgrpo.splits import make_splits
+from cgrpo.tasks import get_task
+
+log_to_file(snakemake.log[0])
+
+params = snakemake.params.split
+task = get_task(params["task"]["name"], **params["task"]["options"])
+eval_pool = task.load(params["eval_source_split"]) if params["eval_source_split"] else None
+make_splits(
+    task.load("train"),
+    Path(snakemake.output.manifest).parent,
+    sizes=params["sizes"],
+    seed=params["seed"],
+    eval_pool=eval_pool,
+)

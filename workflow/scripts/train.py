@@ -1,0 +1,10 @@
+"""Train one C-GRPO or fixed-group GRPO run (rules train_cgrpo and train_grpo)."""
+
+from pathlib import Path
+
+from cgrpo.logs import log_to_file
+from cgrpo.runs import train_run
+
+log_to_file(snakemake.log[0], threads=snakemake.threads)
+
+train_run(snakemake.params.spec, Path(snakemake.output.run).parent)
