@@ -27,7 +27,7 @@ def evaluate_model(spec: dict[str, Any], out_path: str | Path) -> None:
     settings = _settings(spec)
     start = time.perf_counter()
     task = get_task(spec["task"]["name"], **spec["task"].get("options", {}))
-    model = AutoModelForCausalLM.from_pretrained(spec["model"]).eval()
+    model = _load_model(spec["model"])
     tokenizer = AutoTokenizer.from_pretrained(spec["model"], padding_side="left")
     eval_set = task.to_prompt_dataset(load_split(spec["splits"], "eval"))
     calibration_set = task.to_prompt_dataset(load_split(spec["splits"], "calibration"))
@@ -95,6 +95,14 @@ def _settings(spec: dict[str, Any]) -> dict[str, Any]:
         "delta_margin": float(evaluation.get("delta_margin", 0.05)),
         "split_delta": bool(evaluation.get("split_delta", False)),
     }
+
+
+def _load_model(location: str):
+    # On a GPU node (the SLURM profile gives evaluation one) generation runs there, in bfloat16 where supported.
+    if torch.cuda.is_available():
+        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return AutoModelForCausalLM.from_pretrained(location, dtype=dtype).to("cuda").eval()
+    return AutoModelForCausalLM.from_pretrained(location).eval()
 
 
 def _doubling_grid(largest: int) -> list[int]:

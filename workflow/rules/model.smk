@@ -7,7 +7,8 @@ rule base_model:
         "results/{exp}/benchmarks/base_model.tsv"
     conda:
         "../envs/cgrpo.yaml"
-    threads: 1
+    # Nothing else can run before the base model exists, so it takes every core it is given.
+    threads: workflow.cores
     resources:
         mem_mb=4000,
         runtime=120,

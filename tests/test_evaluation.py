@@ -1,0 +1,59 @@
+"""Evaluation on hand-built samples, and generated-versus-kept rollout counting in training."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from cgrpo.evaluation import conformal_metrics, fixed_k_metrics
+
+GRID = [2, 4]
+GOLDS = ["1", "2", "3", "4"]
+# Four prompts with four sampled answers each (None = failed extraction).
+ANSWERS = [
+    ["1", "1", "1", "1"],      # always right
+    ["2", "5", "2", "2"],      # mostly right
+    ["9", "9", "3", None],     # right once, outvoted
+    [None, None, "7", "8"],    # never right
+]
+
+
+def test_fixed_k_metrics_by_hand():
+    record = fixed_k_metrics(ANSWERS, GOLDS, GRID)
+    # maj@2: prompt 1 ("1"), prompt 2 (tie "2"/"5", first seen "2" wins) -> 2/4; maj@4: prompts 1 and 2 -> 2/4.
+    assert record["maj_at_k"] == {2: 0.5, 4: 0.5}
+    assert record["eval_maj_acc"] == 0.5
+    # pass@2 per prompt: 1, 1 - C(1,2)/C(4,2) = 1, 1 - C(3,2)/C(4,2) = 0.5, 0 -> mean 0.625; pass@4: 1, 1, 1, 0.
+    assert record["pass_at_k"] == {2: pytest.approx(0.625), 4: pytest.approx(0.75)}
+    # mean@K: (4 + 3 + 1 + 0) / 16.
+    assert record["mean_at_k"] == pytest.approx(0.5)
+
+
+def test_conformal_metrics_separate_fixed_k_and_post_selection_coverage():
+    settings = {"budget_grid": GRID, "deltas": [0.5], "delta_margin": 0.05, "split_delta": False}
+    calibration = [["1", "1", "1", "1"], ["2", "2", "2", "2"], ["3", "4", "3", "4"], ["5", "6", "7", "8"]]
+    record = conformal_metrics(ANSWERS, GOLDS, calibration, ["1", "2", "3", "9"], settings, random.Random(0))
+    modes = [entry["delta_mode"] for entry in record["conformal"]]
+    assert modes == ["auto", 0.5]
+    for entry in record["conformal"]:
+        assert sum(entry["histogram"].values()) == 4
+        assert 2 <= entry["mean_k"] <= 4
+        assert 0.0 <= entry["coverage_post_selection"] <= 1.0
+    rows = [row for row in record["coverage"] if row["delta_mode"] == 0.5]
+    assert [row["k"] for row in rows] == GRID
+    for row in rows:
+        assert row["nominal"] == pytest.approx(0.5)
+        assert row["ci_low"] <= row["coverage"] <= row["ci_high"]
+        assert row["n_eval"] == 4
+
+
+def test_generated_not_kept_rollouts_are_counted(tiny_model_dir, tmp_path):
+    from test_trainer import _score_batch, _trainer
+
+    trainer = _trainer(tiny_model_dir, tmp_path, extractor=lambda text: "1")
+    _score_batch(trainer, prompts=2)
+    # TRL's groups are 8 rows wide (16 rows), but only the 2 x 2 completions drawn before stopping were generated.
+    assert trainer.cgrpo_totals["train_rollouts"] == 4
+    assert trainer.cgrpo_totals["groups"] == 2
+    assert trainer.cgrpo_totals["calibration_rollouts"] == 4 * 8
