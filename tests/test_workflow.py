@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -24,7 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
 CONFIGS = sorted((REPO / "config").glob("*.yaml"))
 EMBEDDED = REPO / "config" / "config.yaml"
-SMOKE_BUDGET_S = 180
+# A safety net against a hung run, not a speed target: the smoke run takes about 2 minutes on 2 idle cores.
+SMOKE_TIMEOUT_S = 900
 
 
 def snakemake(workdir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -173,12 +173,9 @@ def test_without_compute_matching_there_is_no_checkpoint(tmp_path):
 
 @pytest.mark.slow
 def test_smoke_pipeline_end_to_end(tmp_path):
-    started = time.perf_counter()
     result = snakemake(tmp_path, "--cores", "2", "--configfile", str(REPO / "config" / "smoke.yaml"),
-                       timeout=SMOKE_BUDGET_S)
-    elapsed = time.perf_counter() - started
+                       timeout=SMOKE_TIMEOUT_S)
     assert result.returncode == 0, result.stdout[-5000:]
-    assert elapsed <= SMOKE_BUDGET_S
     results = tmp_path / "results" / "smoke"
     summary = pd.read_csv(results / "tables" / "summary.csv")
     assert summary["run"].tolist()[0] == "base"
