@@ -7,7 +7,7 @@ Run (offline, 2 threads), from the repository root::
 Add ``--load`` to measure an existing model instead of bootstrapping, and ``--set key=value`` to
 override :class:`cgrpo.bootstrap.BootstrapSettings` fields (e.g. ``--set num_examples=8000``).
 Prints the parameter count, bootstrap wall time, greedy accuracy, majority-vote accuracy over the
-first 8 samples and pass@k at the given temperature, overall and per (operations, digits) group.
+first 8 samples and pass@k at the given temperature, overall and per (operations, size) group.
 """
 
 from __future__ import annotations
@@ -78,6 +78,19 @@ def majority_correct(answers: list[str | None], gold: str) -> bool:
     return bool(votes) and votes.most_common(1)[0][0] == gold
 
 
+def score(task, problems: Dataset, greedy: list[list[str]], sampled: list[list[str]]) -> dict[str, tuple]:
+    """Per group ("all" and each operations/size pair): greedy, maj@8 and pass@k correctness flags."""
+    groups = defaultdict(lambda: ([], [], []))
+    for index, example in enumerate(problems):
+        gold = task.gold(example["answer"])
+        answers = [task.extract(completion) for completion in sampled[index]]
+        flags = (task.extract(greedy[index][0]) == gold, majority_correct(answers[:8], gold), gold in answers)
+        for key in ("all", f"ops={example['num_ops']},{example['size']}"):
+            for column, flag in zip(groups[key], flags):
+                column.append(flag)
+    return groups
+
+
 def report(name: str, greedy: list[bool], majority: list[bool], passes: list[bool], k: int) -> None:
     mean = lambda flags: sum(flags) / len(flags)  # noqa: E731
     print(
@@ -89,37 +102,31 @@ def report(name: str, greedy: list[bool], majority: list[bool], passes: list[boo
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     if not args.load:
         bootstrap_base_model(args.output_dir, **parse_overrides(args.set))
-    wall = time.perf_counter() - started
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     settings = BootstrapSettings(**json.loads((args.output_dir / SETTINGS_FILE).read_text()))
     model = AutoModelForCausalLM.from_pretrained(args.output_dir)
     tokenizer = AutoTokenizer.from_pretrained(args.output_dir)
     task = get_task("arithmetic", answer_format=settings.answer_format)
     problems = unseen_eval_set(settings, args.eval_size, args.eval_seed)
     prompts = [task.format_prompt(question) for question in problems["question"]]
-    golds = [task.gold(solution) for solution in problems["answer"]]
     common = dict(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, seed=args.eval_seed)
     greedy = generate_completions(model, tokenizer, prompts, num_samples=1, temperature=1.0, greedy=True, **common)
     sampled = generate_completions(
         model, tokenizer, prompts, num_samples=args.num_samples, temperature=args.temperature, **common
     )
-    groups = defaultdict(lambda: ([], [], []))
-    for index, gold in enumerate(golds):
-        answers = [task.extract(completion) for completion in sampled[index]]
-        flags = (task.extract(greedy[index][0]) == gold, majority_correct(answers[:8], gold), gold in answers)
-        for key in ("all", f"ops={problems[index]['num_ops']},{problems[index]['size']}"):
-            for column, flag in zip(groups[key], flags):
-                column.append(flag)
     print(f"parameters: {model.num_parameters():,}")
-    print(f"bootstrap wall time: {'loaded' if args.load else f'{wall:.1f} s'} ({args.threads} threads)")
-    print(f"eval: {len(golds)} unseen problems, temperature {args.temperature}, {args.num_samples} samples")
-    for key in sorted(groups):
-        report(key, *groups[key], k=args.num_samples)
-    print("example greedy completions:", [greedy[i][0] for i in range(3)])
-    lengths = [len(tokenizer(s + tokenizer.eos_token).input_ids) for s in problems["answer"]]
-    print(f"max reference completion length: {max(lengths)} tokens (with EOS)")
+    # CPU time over threads estimates the wall time on idle cores when other jobs share them.
+    timing = "loaded" if args.load else f"{wall:.1f} s, CPU time {cpu:.1f} s on {args.threads} threads"
+    print(f"bootstrap wall time: {timing}")
+    print(f"eval: {len(prompts)} unseen problems, temperature {args.temperature}, {args.num_samples} samples")
+    for key, flags in sorted(score(task, problems, greedy, sampled).items()):
+        report(key, *flags, k=args.num_samples)
+    print("example greedy completions:", [samples[0] for samples in greedy[:3]])
+    lengths = [len(tokenizer(answer + tokenizer.eos_token).input_ids) for answer in problems["answer"]]
+    print(f"longest reference completion: {max(lengths)} tokens with EOS")
 
 
 if __name__ == "__main__":

@@ -183,7 +183,7 @@ def _sft_config(output_dir: str, settings: BootstrapSettings, verbose: bool) -> 
         use_cpu=True,
         bf16=False,
         # Activations of a model this small fit easily; recomputing them would only cost time.
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         save_strategy="no",
         report_to=[],
         logging_strategy="steps" if verbose else "no",

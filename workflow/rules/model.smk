@@ -7,8 +7,9 @@ rule base_model:
         "results/{exp}/benchmarks/base_model.tsv"
     conda:
         "../envs/cgrpo.yaml"
-    # Nothing else can run before the base model exists, so it takes every core it is given.
-    threads: workflow.cores
+    # Nothing else can run before the base model exists, so it takes both cores of the default machine
+    # (Snakemake lowers it to --cores when fewer are given).
+    threads: 2
     resources:
         mem_mb=4000,
         runtime=120,

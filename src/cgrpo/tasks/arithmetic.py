@@ -73,14 +73,17 @@ def generate_problems(
 ) -> Dataset:
     """``num_examples`` problems with columns ``question``, ``answer``, ``num_ops`` and ``size``.
 
-    ``ops_weights`` weighs 1, 2 and 3 operations; ``size_weights`` weighs the ``SIZES`` small, medium
-    and large.
-
-    The same arguments always give the same problems. Small operand ranges repeat, so the result
-    can hold duplicates; :mod:`cgrpo.splits` deduplicates before carving splits.
+    ``ops_weights[i]`` weighs chains of ``i + 1`` operations; ``size_weights`` weighs the ``SIZES``
+    small, medium and large. The same arguments always give the same problems. Small operand ranges
+    repeat, so the result can hold duplicates; :mod:`cgrpo.splits` deduplicates before carving splits.
     """
     if num_examples < 1:
         raise ValueError(f"num_examples must be positive, got {num_examples}; ask for at least one problem.")
+    if len(size_weights) != len(SIZES) or min(size_weights) < 0 or min(ops_weights, default=-1) < 0:
+        raise ValueError(
+            f"Weights ops={tuple(ops_weights)} size={tuple(size_weights)} are invalid; give non-negative "
+            f"weights, at least one for ops and one per size ({', '.join(SIZES)})."
+        )
     rng = random.Random(seed)
     rows = [_problem(rng, ops_weights, size_weights, answer_format) for _ in range(num_examples)]
     question, answer, num_ops, size = (list(column) for column in zip(*rows))
