@@ -9,9 +9,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from cgrpo.bootstrap import bootstrap_base_model
+from cgrpo.bootstrap import bootstrap_base_model, sft_dataset, tokenize_sft
 from cgrpo.sampling import generate_completions
-from cgrpo.tasks import get_task
+from cgrpo.tasks import generate_problems, get_task
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +31,23 @@ def test_model_and_tokenizer_load_by_path(loaded):
     assert model.generation_config.pad_token_id == tokenizer.pad_token_id
 
 
-def test_sft_completions_end_with_eos(loaded):
+def test_sft_data_masks_prompts_and_ends_completions_with_eos(loaded):
     _, tokenizer = loaded
-    # SFTTrainer appends the EOS string to each completion; it must encode as the single EOS token.
-    assert tokenizer("3+4=7 #### 7" + tokenizer.eos_token).input_ids[-1] == tokenizer.eos_token_id
+    pairs = sft_dataset(generate_problems(4, seed=0), "hash")
+    for pair, row in zip(pairs, tokenize_sft(pairs, tokenizer)):
+        completion = [token for token in row["labels"] if token != -100]
+        assert row["input_ids"][-1] == completion[-1] == tokenizer.eos_token_id
+        assert row["input_ids"][-len(completion) :] == completion
+        assert tokenizer.decode(completion, skip_special_tokens=True) == pair["completion"]
 
 
-def test_unknown_setting_fails_before_training(tmp_path):
-    with pytest.raises(ValueError, match="hidden_sise"):
-        bootstrap_base_model(tmp_path, hidden_sise=8)
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [({"hidden_sise": 8}, "hidden_sise"), ({"num_examples": 64, "batch_size": 16}, "warmup_steps")],
+)
+def test_bad_settings_fail_before_training(tmp_path, settings, message):
+    with pytest.raises(ValueError, match=message):
+        bootstrap_base_model(tmp_path, **settings)
     assert not any(tmp_path.iterdir())
 
 

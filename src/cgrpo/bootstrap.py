@@ -100,7 +100,9 @@ def tokenize_sft(dataset: Dataset, tokenizer: PreTrainedTokenizerFast) -> Datase
     input_ids, labels = [], []
     for prompt_ids, ids in zip(prompts, tokenizer(texts, add_special_tokens=False).input_ids):
         if ids[: len(prompt_ids)] != prompt_ids:
-            raise ValueError("A prompt's tokens are not a prefix of prompt+completion; end prompts on a token boundary.")
+            raise ValueError(
+                "A prompt's tokens are not a prefix of its prompt+completion tokens; end prompts on a token boundary."
+            )
         input_ids.append(ids + [tokenizer.eos_token_id])
         labels.append([-100] * len(prompt_ids) + ids[len(prompt_ids) :] + [tokenizer.eos_token_id])
     return Dataset.from_dict({"input_ids": input_ids, "labels": labels})

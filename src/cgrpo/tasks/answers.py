@@ -11,6 +11,7 @@ import re
 ANSWER_FORMATS = ("hash", "boxed")
 
 _NUMBER = re.compile(r"([+-]?)\$?(\d*)(?:\.(\d+))?")
+# Typeset text and some models write minus as U+2212 (or a figure/en dash) instead of ASCII "-".
 _MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2012": "-", "\u2013": "-"})
 _BOXED = "\\boxed{"
 
