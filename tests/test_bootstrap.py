@@ -92,3 +92,10 @@ def test_sampling_is_seeded_and_shaped(loaded):
 def test_sampling_rejects_bad_arguments(loaded):
     with pytest.raises(ValueError, match="temperature"):
         generate_completions(*loaded, ["x"], num_samples=2, temperature=0.0, max_new_tokens=4)
+
+
+def test_boxed_bootstrap_learns_the_boxed_format(tmp_path, bootstrapped_model_dir):
+    settings = {**json.loads((bootstrapped_model_dir / "bootstrap.json").read_text()), "answer_format": "boxed"}
+    tokenizer = AutoTokenizer.from_pretrained(bootstrap_base_model(tmp_path, **settings))
+    completion = generate_problems(1, seed=0, answer_format="boxed")[0]["answer"]
+    assert completion.endswith("}") and tokenizer.decode(tokenizer(completion).input_ids) == completion
