@@ -114,12 +114,11 @@ def _doubling_grid(largest: int) -> list[int]:
 
 def _sampler(model, tokenizer, settings: dict[str, Any], seed: int):
     def sample(prompts, greedy: bool = False) -> list[list[str]]:
-        with torch.no_grad():
-            return generate_completions(
-                model, tokenizer, list(prompts), num_samples=1 if greedy else max(settings["budget_grid"]),
-                temperature=settings["temperature"], max_new_tokens=settings["max_new_tokens"], greedy=greedy,
-                batch_size=settings["batch_size"], seed=seed, progress=True,
-            )
+        return generate_completions(
+            model, tokenizer, list(prompts), num_samples=1 if greedy else max(settings["budget_grid"]),
+            temperature=settings["temperature"], max_new_tokens=settings["max_new_tokens"], greedy=greedy,
+            batch_size=settings["batch_size"], seed=seed, progress=True,
+        )
 
     return sample
 
