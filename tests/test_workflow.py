@@ -7,6 +7,7 @@ repository's ``results/`` or ``.snakemake/``.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shutil
@@ -168,6 +169,17 @@ def test_without_compute_matching_there_is_no_checkpoint(tmp_path):
     assert "checkpoint jobs" not in result.stdout
 
 
+@pytest.mark.parametrize("size, rule", [(8, "reuse_grpo_run"), (4, "train_grpo")])
+def test_matched_run_at_a_fixed_group_size_reuses_that_run(tmp_path, size, rule):
+    # The smoke config trains fixed G = 8 and 2, so only a compute-matched G of 4 needs its own run.
+    target = f"results/smoke/runs/grpo_s0_G{size}_matched/run.json"
+    result = snakemake(tmp_path, target, "-n", "--cores", "1", "--configfile", str(REPO / "config" / "smoke.yaml"))
+    assert result.returncode == 0, result.stdout
+    counts = job_counts(result.stdout)
+    assert counts[rule] == 1
+    assert counts.get("train_grpo", 0) == 1
+
+
 # --------------------------------------------------------------------------- end to end
 
 
@@ -181,6 +193,9 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     assert summary["run"].tolist()[0] == "base"
     assert set(summary["method"]) == {"base", "cgrpo", "grpo"}
     assert summary["compute_matched"].astype(str).eq("True").sum() == 1
+    # Its C-GRPO run generates about 8 rollouts per prompt, the configured fixed G = 8: that run is reused.
+    matched = json.loads((results / "runs" / "grpo_s0_G8_matched" / "run.json").read_text())
+    assert matched["reused_from"] == "grpo_s0_G8"
     assert not pd.read_csv(results / "tables" / "by_method.csv").empty
     for table in ("summary", "by_method", "paired", "coverage", "conformal"):
         assert (results / "tables" / f"{table}.md").read_text().startswith("|")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,25 @@ def train_run(spec: dict[str, Any], out_dir: str | Path) -> None:
     record = _run_record(spec, trainer, counter, wall, initial)
     (out_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
     logger.info("Run %s: %s", spec["run"], {k: v for k, v in record.items() if k != "calibrations"})
+
+
+def reuse_compute_matched(source_dir: str | Path, out_dir: str | Path) -> None:
+    """Write a compute-matched GRPO run as a copy of the finished fixed-G run with the same group size.
+
+    Training is deterministic and the two runs' specs differ only in their names, so training again would
+    reproduce `source_dir` exactly; the copy's `run.json` says it is compute-matched and where it came from.
+    """
+    source_dir, out_dir = Path(source_dir), Path(out_dir)
+    record = json.loads((source_dir / "run.json").read_text())
+    if record["method"] != "grpo" or record["compute_matched"]:
+        raise ValueError(f"{source_dir} is not a fixed-G GRPO run; reuse only copies one of the configured fixed-G runs.")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(source_dir / "model", out_dir / "model", dirs_exist_ok=True)
+    shutil.copyfile(source_dir / "steps.csv", out_dir / "steps.csv")
+    record.update(run=out_dir.name, compute_matched=True, reused_from=record["run"])
+    # run.json last: it is what marks the run finished.
+    (out_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
+    logger.info("Run %s reuses %s: same group size, same deterministic training.", out_dir.name, source_dir.name)
 
 
 # ---------------------------------------------------------------------- trainers

@@ -106,6 +106,12 @@ def grpo_runs(group_sizes, matched=False):
     ]
 
 
+def fixed_group_sizes_pattern():
+    """Regex matching exactly the configured fixed group sizes (grpo.num_generations)."""
+    # "(?!)" matches nothing, for a config without fixed group sizes.
+    return "|".join(str(size) for size in config["grpo"]["num_generations"]) or "(?!)"
+
+
 def static_runs():
     """Training runs known before any training: C-GRPO and the configured fixed-G GRPO."""
     return cgrpo_runs() + grpo_runs(config["grpo"]["num_generations"])

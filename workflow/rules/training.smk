@@ -74,3 +74,31 @@ checkpoint match_compute:
         batch_size=grpo_batch_size,
     script:
         "../scripts/match_compute.py"
+
+
+# A compute-matched group size equal to a configured fixed G would train the same deterministic run
+# again; the finished fixed-G run is copied instead.
+rule reuse_grpo_run:
+    input:
+        run="results/{exp}/runs/grpo_s{seed}_G{G}/run.json",
+        steps="results/{exp}/runs/grpo_s{seed}_G{G}/steps.csv",
+        model="results/{exp}/runs/grpo_s{seed}_G{G}/model",
+    output:
+        run="results/{exp}/runs/grpo_s{seed}_G{G}_matched/run.json",
+        steps="results/{exp}/runs/grpo_s{seed}_G{G}_matched/steps.csv",
+        model=directory("results/{exp}/runs/grpo_s{seed}_G{G}_matched/model"),
+    wildcard_constraints:
+        G=fixed_group_sizes_pattern(),
+    log:
+        "results/{exp}/logs/train/grpo_s{seed}_G{G}_matched.log",
+    conda:
+        "../envs/cgrpo.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    script:
+        "../scripts/reuse_run.py"
+
+
+ruleorder: reuse_grpo_run > train_grpo

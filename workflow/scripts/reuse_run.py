@@ -1,0 +1,10 @@
+"""Copy a fixed-G GRPO run as the compute-matched run of the same group size (rule reuse_grpo_run)."""
+
+from pathlib import Path
+
+from cgrpo.logs import log_to_file
+from cgrpo.runs import reuse_compute_matched
+
+log_to_file(snakemake.log[0])
+
+reuse_compute_matched(Path(snakemake.input.run).parent, Path(snakemake.output.run).parent)
