@@ -41,6 +41,13 @@ def test_splits_are_seeded(tmp_path, pool):
     assert make_splits(pool, tmp_path / "c", sizes=SIZES, seed=1).read_text() != first
 
 
+def test_order_of_the_sizes_does_not_change_the_splits(tmp_path, pool):
+    # A YAML mapping has no order: a config dumped with sorted keys must carve the same splits.
+    make_splits(pool, tmp_path / "a", sizes=SIZES, seed=0)
+    make_splits(pool, tmp_path / "b", sizes=dict(reversed(SIZES.items())), seed=0)
+    for name in SIZES:
+        assert load_split(tmp_path / "a", name).to_list() == load_split(tmp_path / "b", name).to_list()
+
 def test_too_small_pool_fails_before_writing(tmp_path, pool):
     with pytest.raises(ValueError, match="unique examples"):
         make_splits(pool, tmp_path / "out", sizes={"train": 10_000}, seed=0)

@@ -71,7 +71,8 @@ def _carve(pool: dict[str, dict], sizes: Mapping[str, int | None], seed: int) ->
     examples = list(pool.values())
     random.Random(seed).shuffle(examples)
     splits, start = {}, 0
-    for name, size in allocated.items():
+    # By name, not mapping order: a config listing the same sizes in another order gets the same splits.
+    for name, size in sorted(allocated.items()):
         splits[name], start = examples[start : start + size], start + size
     return splits
 
