@@ -9,9 +9,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from cgrpo.bootstrap import bootstrap_base_model, sft_dataset, tokenize_sft
+from cgrpo.bootstrap import BootstrapSettings, bootstrap_base_model, sft_dataset, sft_problems, tokenize_sft
 from cgrpo.sampling import generate_completions
 from cgrpo.tasks import generate_problems, get_task
+from cgrpo.tasks.answers import extract_answer
+from cgrpo.tasks.arithmetic import ITEMS
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +45,31 @@ def test_sft_data_masks_prompts_and_ends_completions_with_eos(loaded):
 
 @pytest.mark.parametrize(
     ("settings", "message"),
-    [({"hidden_sise": 8}, "hidden_sise"), ({"num_examples": 64, "batch_size": 16}, "warmup_steps")],
+    [
+        ({"hidden_sise": 8}, "hidden_sise"),
+        ({"num_examples": 64, "batch_size": 16}, "warmup_steps"),
+        ({"unit_items": 13, "unit_rate": 0.5}, "unit_items"),
+        ({"unit_items": 2, "unit_rate": 1.5}, "unit_rate"),
+    ],
 )
 def test_bad_settings_fail_before_training(tmp_path, settings, message):
     with pytest.raises(ValueError, match=message):
         bootstrap_base_model(tmp_path, **settings)
     assert not any(tmp_path.iterdir())
+
+
+def test_unit_habit_names_the_unit_on_the_first_items_at_the_set_rate():
+    plain = sft_problems(BootstrapSettings(num_examples=4000))
+    habit = sft_problems(BootstrapSettings(num_examples=4000, unit_items=3, unit_rate=0.7))
+    assert plain["question"] == habit["question"]
+    changed = []
+    for before, after in zip(plain, habit):
+        if after["answer"] != before["answer"]:
+            assert after["item"] in ITEMS[:3] and after["answer"] == f"{before['answer']} {after['item']}"
+            assert extract_answer(after["answer"]) is None and extract_answer(before["answer"]) is not None
+        if after["item"] in ITEMS[:3]:
+            changed.append(after["answer"] != before["answer"])
+    assert 0.65 < sum(changed) / len(changed) < 0.75
 
 
 def test_same_seed_gives_identical_tokenizer_and_weights(tmp_path, bootstrapped_model_dir, loaded):

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from cgrpo.tasks import available_tasks, extract_answer, get_task, is_well_formed, normalize_number, parse_gold
-from cgrpo.tasks.arithmetic import generate_problems
+from cgrpo.tasks.arithmetic import ITEMS, generate_problems
 
 GSM8K_ROWS = [
     {"question": "Natalia sold 48 clips in April and half as many in May. How many in all?",
@@ -96,6 +96,8 @@ def test_generator_spreads_difficulty_and_keeps_answers_short():
     problems = generate_problems(2000, 0)
     assert set(problems["num_ops"]) == {1, 2, 3}
     assert set(problems["size"]) == {"small", "medium", "large"}
+    assert set(problems["item"]) == set(ITEMS)
+    assert all(question.endswith(f"How many {item}?") for question, item in zip(problems["question"], problems["item"]))
     assert max(len(answer) for answer in problems["answer"]) <= 40
 
 

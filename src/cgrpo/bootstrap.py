@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -29,7 +30,7 @@ from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTra
 from trl import SFTConfig, SFTTrainer
 
 from .tasks import get_task
-from .tasks.arithmetic import generate_problems
+from .tasks.arithmetic import ITEMS, OPS_WEIGHTS, SIZE_WEIGHTS, generate_problems
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 SFT_SEED_OFFSET = 10_000
@@ -42,8 +43,7 @@ class BootstrapSettings:
 
     The defaults were tuned on 2 CPU cores for a ~90 s bootstrap whose model solves one-step small
     problems almost always, longer and medium ones sometimes and large ones rarely (see
-    ``benchmarks/base_model.py``). SFT uses an easier mix than the arithmetic task's default pool so
-    that the model learns the basics within budget; the pool keeps more hard problems for RL.
+    ``benchmarks/base_model.py``). SFT draws problems from the same mix as the arithmetic task's pool.
     """
 
     seed: int = 0
@@ -62,19 +62,37 @@ class BootstrapSettings:
     num_heads: int = 4
     max_positions: int = 256
     answer_format: str = "hash"
-    ops_weights: tuple[float, ...] = (0.45, 0.35, 0.2)
-    size_weights: tuple[float, ...] = (0.6, 0.3, 0.1)
+    ops_weights: tuple[float, ...] = OPS_WEIGHTS
+    size_weights: tuple[float, ...] = SIZE_WEIGHTS
+    # An answer habit for RL to unlearn, like an off-the-shelf model's: SFT answers about the first
+    # `unit_items` of cgrpo.tasks.arithmetic.ITEMS name the unit after the number ("#### 17 pens")
+    # `unit_rate` of the time, which the task's strict answer extraction rejects.
+    unit_items: int = 0
+    unit_rate: float = 0.0
 
 
 def sft_problems(settings: BootstrapSettings) -> Dataset:
     """The generated problems (``question``, worked ``answer``) the base model is fine-tuned on."""
-    return generate_problems(
+    problems = generate_problems(
         settings.num_examples,
         settings.seed + SFT_SEED_OFFSET,
         answer_format=settings.answer_format,
         ops_weights=settings.ops_weights,
         size_weights=settings.size_weights,
     )
+    if settings.unit_items == 0:
+        return problems
+    return problems.remove_columns("answer").add_column("answer", _answers_with_units(problems, settings))
+
+
+def _answers_with_units(problems: Dataset, settings: BootstrapSettings) -> list[str]:
+    """Worked answers, of which those about the unit items end with the unit at ``settings.unit_rate``."""
+    items = set(ITEMS[: settings.unit_items])
+    rng = random.Random(settings.seed)
+    return [
+        f"{answer} {item}" if item in items and rng.random() < settings.unit_rate else answer
+        for answer, item in zip(problems["answer"], problems["item"], strict=True)
+    ]
 
 
 def sft_dataset(problems: Dataset, answer_format: str) -> Dataset:
@@ -196,6 +214,21 @@ def _sft_config(output_dir: str, settings: BootstrapSettings, verbose: bool) -> 
     )
 
 
+def _check_settings(config: BootstrapSettings) -> None:
+    """Raise ValueError on settings that would fail or mislead only after minutes of training."""
+    get_task("arithmetic", answer_format=config.answer_format)  # validates answer_format
+    if config.warmup_steps + _decay_steps(config) > _num_steps(config):
+        raise ValueError(
+            f"warmup_steps ({config.warmup_steps}) plus decay steps ({_decay_steps(config)}) exceed the "
+            f"{_num_steps(config)} training steps; raise num_examples or lower warmup_steps."
+        )
+    if not 0 <= config.unit_items <= len(ITEMS) or not 0.0 <= config.unit_rate <= 1.0:
+        raise ValueError(
+            f"unit_items={config.unit_items} and unit_rate={config.unit_rate} are out of range; use 0 to "
+            f"{len(ITEMS)} items and a rate between 0 and 1."
+        )
+
+
 def bootstrap_base_model(output_dir: str | Path, *, verbose: bool = False, **settings) -> Path:
     """Train a tokenizer and a tiny SFT-warm-started causal LM, save both to ``output_dir``, return it.
 
@@ -207,12 +240,7 @@ def bootstrap_base_model(output_dir: str | Path, *, verbose: bool = False, **set
     if unknown:
         raise ValueError(f"Unknown bootstrap setting(s) {unknown}; use fields of cgrpo.bootstrap.BootstrapSettings.")
     config = BootstrapSettings(**settings)
-    get_task("arithmetic", answer_format=config.answer_format)  # validates answer_format before training
-    if config.warmup_steps + _decay_steps(config) > _num_steps(config):
-        raise ValueError(
-            f"warmup_steps ({config.warmup_steps}) plus decay steps ({_decay_steps(config)}) exceed the "
-            f"{_num_steps(config)} training steps; raise num_examples or lower warmup_steps."
-        )
+    _check_settings(config)
     output_dir = Path(output_dir)
     dataset = sft_dataset(sft_problems(config), config.answer_format)
     texts = [prompt + completion for prompt, completion in zip(dataset["prompt"], dataset["completion"])]
