@@ -50,6 +50,7 @@ def test_sft_data_masks_prompts_and_ends_completions_with_eos(loaded):
         ({"num_examples": 64, "batch_size": 16}, "warmup_steps"),
         ({"unit_items": 13, "unit_rate": 0.5}, "unit_items"),
         ({"unit_items": 2, "unit_rate": 1.5}, "unit_rate"),
+        ({"unit_items": 2, "unit_rate": 0.5, "answer_format": "boxed"}, "answer_format 'hash'"),
     ],
 )
 def test_bad_settings_fail_before_training(tmp_path, settings, message):

@@ -66,7 +66,7 @@ class BootstrapSettings:
     size_weights: tuple[float, ...] = SIZE_WEIGHTS
     # An answer habit for RL to unlearn, like an off-the-shelf model's: SFT answers about the first
     # `unit_items` of cgrpo.tasks.arithmetic.ITEMS name the unit after the number ("#### 17 pens")
-    # `unit_rate` of the time, which the task's strict answer extraction rejects.
+    # `unit_rate` of the time, which the hash format's strict answer extraction rejects.
     unit_items: int = 0
     unit_rate: float = 0.0
 
@@ -226,6 +226,12 @@ def _check_settings(config: BootstrapSettings) -> None:
         raise ValueError(
             f"unit_items={config.unit_items} and unit_rate={config.unit_rate} are out of range; use 0 to "
             f"{len(ITEMS)} items and a rate between 0 and 1."
+        )
+    if config.unit_items and config.answer_format != "hash":
+        # "\boxed{17} pens" still extracts as 17, so the habit would cost the model nothing to keep.
+        raise ValueError(
+            f"unit_items needs answer_format 'hash', whose extraction rejects '#### 17 pens', not "
+            f"{config.answer_format!r}; set unit_items to 0 or answer_format to hash."
         )
 
 
