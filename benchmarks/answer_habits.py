@@ -14,7 +14,6 @@ and the accuracy a grader ignoring a trailing unit would give.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from cgrpo.sampling import generate_completions
+from cgrpo.splits import load_split
 from cgrpo.tasks import extract_answer, get_task, normalize_number, parse_gold
 
 UNIT_ANSWER = re.compile(r"####\s*(\S+)\s+[A-Za-z]+\s*$")
@@ -30,7 +30,7 @@ UNIT_ANSWER = re.compile(r"####\s*(\S+)\s+[A-Za-z]+\s*$")
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("models", nargs="+", type=Path, help="model directories saved with save_pretrained")
-    parser.add_argument("--split", type=Path, default=Path("results/default/splits/eval.jsonl"))
+    parser.add_argument("--splits", type=Path, default=Path("results/default/splits"), help="the split folder")
     parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--threads", type=int, default=2)
     return parser.parse_args()
@@ -46,7 +46,7 @@ def grade(completion: str, gold: str) -> tuple[bool, bool, bool]:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    rows = [json.loads(line) for line in args.split.read_text().splitlines()]
+    rows = load_split(args.splits, "eval")
     task = get_task("arithmetic")
     prompts = [task.format_prompt(row["question"]) for row in rows]
     print("model\tstrict accuracy\tanswers with a unit\taccuracy ignoring the unit")
