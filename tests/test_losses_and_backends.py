@@ -64,6 +64,28 @@ def test_row_normalised_losses_train_with_filler_rows(tiny_model_dir, tmp_path, 
     assert all(math.isfinite(entry.get("loss", 0.0)) for entry in trainer.state.log_history)
 
 
+def test_padded_rows_skip_old_and_reference_log_prob_passes(tiny_model_dir, tmp_path, monkeypatch):
+    # beta != 0 scores reference log-probs, and two steps per generation score old-policy ones.
+    trainer = _trainer(tiny_model_dir, tmp_path, extractor=lambda text: "1", beta=0.04, steps_per_generation=2)
+    scored_rows = []
+    score = GRPOTrainer._get_per_token_logps_and_entropies
+
+    def recording(self, model, input_ids, *args, **kwargs):
+        scored_rows.append(input_ids.size(0))
+        return score(self, model, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", recording)
+    batch = _score_batch(trainer, prompts=2)
+    # Two prompts stop at k=2: 4 real rows of 16 are scored, once for the old policy and once for the reference.
+    assert scored_rows == [4, 4]
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    with torch.no_grad():
+        expected, _, _ = score(trainer, trainer.model, ids, mask, batch["completion_ids"].size(1))
+    real = batch["completion_mask"].bool()
+    torch.testing.assert_close(batch["old_per_token_logps"][real], expected[real])
+
+
 class FakeVLLM:
     """Stands in for TRL's vLLM helper: records each request and returns fixed completions with logprobs."""
 

@@ -22,9 +22,11 @@ def _length_reward(completions, **kwargs):
 
 
 def _config(tmp_path, **overrides) -> CGRPOConfig:
+    # One generation per optimizer step (min_generation_prompts=1), so each test controls its batch; the default
+    # generation schedule has tests of its own.
     options = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=GRID, per_device_train_batch_size=16,
                    max_completion_length=6, max_steps=2, logging_steps=1, report_to=[], save_strategy="no",
-                   recalibrate_every=0, seed=0)
+                   recalibrate_every=0, seed=0, min_generation_prompts=1)
     options.update(overrides)
     return CGRPOConfig(**options)
 
@@ -158,7 +160,8 @@ def test_same_seed_same_training_metrics(tiny_model_dir, tmp_path):
         ({"recalibrate_every": -1}, "recalibrate_every"),
         ({"num_calibration_samples": 0}, "num_calibration_samples"),
         ({"calibration_batch_size": 0}, "calibration_batch_size"),
-        ({"per_device_train_batch_size": 12}, "divisible by num_generations"),
+        ({"min_generation_prompts": 0}, "min_generation_prompts"),
+        ({"per_device_train_batch_size": 12, "steps_per_generation": 1}, "divisible by num_generations"),
     ],
 )
 def test_invalid_config_values_raise(tmp_path, overrides, message):
@@ -171,8 +174,31 @@ def test_config_defaults(tmp_path):
     assert config.budget_grid == [2, 4, 8, 16, 32]
     assert config.num_generations == 32
     assert config.per_device_train_batch_size == 32
-    assert config.calibration_batch_size == 1
+    # One group per step: 16 steps share a generation batch of 16 prompts, and calibration calls are as wide.
+    assert config.min_generation_prompts == 16 and config.steps_per_generation == 16
+    assert config.generation_batch_size == 512 and config.calibration_batch_size == 16
     assert config.conformal_delta is None and config.recalibrate_every == 50 and config.score == "aps"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "steps", "calibration_prompts"),
+    [
+        # 12-row micro-batches of 8-wide groups: 12 steps is the first even count (whole groups) >= 16 prompts.
+        ({"per_device_train_batch_size": 12}, 12, 18),
+        ({"per_device_train_batch_size": 12, "gradient_accumulation_steps": 5}, 20, 30),
+        ({"min_generation_prompts": 1}, 1, 2),
+        ({"min_generation_prompts": 4, "gradient_accumulation_steps": 3}, 3, 6),
+        # TRL's own options win over C-GRPO's default.
+        ({"steps_per_generation": 2}, 2, 4),
+        ({"generation_batch_size": 48}, 3, 6),
+    ],
+)
+def test_generation_batch_covers_min_generation_prompts(tmp_path, overrides, steps, calibration_prompts):
+    options = {"per_device_train_batch_size": 16, **overrides}
+    config = CGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=GRID, **options)
+    assert config.steps_per_generation == steps
+    assert (config.per_device_train_batch_size * steps) % config.max_budget == 0
+    assert config.calibration_batch_size == calibration_prompts
 
 
 def test_invalid_trainer_arguments_raise(tiny_model_dir, tmp_path):

@@ -43,9 +43,19 @@ class CGRPOConfig(GRPOConfig):
             the first step.
         num_calibration_samples (`int` or `None`, *optional*, defaults to `None`):
             Number of calibration examples used at each calibration (the first ones); `None` uses them all.
+        min_generation_prompts (`int`, *optional*, defaults to `16`):
+            Fewest prompts (per process) that one generation batch covers. C-GRPO makes one generation call per
+            budget of the grid for all prompts of a generation batch still sampling, and a call's cost on small
+            batches is its latency, not its rows; covering many prompts keeps every call full. When neither
+            `steps_per_generation` nor `generation_batch_size` is set, `steps_per_generation` becomes the smallest
+            multiple of `gradient_accumulation_steps` whose generation batch holds this many whole groups, and
+            TRL's importance ratios correct the later steps' staleness. `1` keeps TRL's one generation per
+            optimizer step wherever a micro-batch holds whole groups; an explicit `steps_per_generation` or
+            `generation_batch_size` takes precedence.
         calibration_batch_size (`int` or `None`, *optional*, defaults to `None`):
-            Calibration prompts per generation call. `None` means `per_device_train_batch_size // max(budget_grid)`
-            (at least 1), so a calibration call has about as many rows as a training one.
+            Calibration prompts per generation call. `None` means the prompts of one generation batch,
+            `per_device_train_batch_size * steps_per_generation // max(budget_grid)` (at least 1), so a calibration
+            call has as many rows as a full training round.
         calibration_answer_column (`str`, *optional*, defaults to `"answer"`):
             Column of the calibration dataset holding the gold answer (used by the `"aps"` score).
         per_device_train_batch_size (`int`, *optional*, defaults to `32`):
@@ -88,10 +98,16 @@ class CGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "Number of calibration examples used at each calibration; None uses the whole set."},
     )
+    min_generation_prompts: int = field(
+        default=16,
+        metadata={"help": "Fewest prompts per process in one generation batch, so that each budget round's generation "
+                          "call stays full; sets steps_per_generation when neither it nor generation_batch_size is "
+                          "given. 1 keeps TRL's one generation per optimizer step."},
+    )
     calibration_batch_size: int | None = field(
         default=None,
-        metadata={"help": "Calibration prompts per generation call; None means per_device_train_batch_size // "
-                          "max(budget_grid), at least 1."},
+        metadata={"help": "Calibration prompts per generation call; None means the prompts of one generation batch, "
+                          "per_device_train_batch_size * steps_per_generation // max(budget_grid), at least 1."},
     )
     calibration_answer_column: str = field(
         default="answer",
@@ -112,6 +128,8 @@ class CGRPOConfig(GRPOConfig):
                 "leave it unset (None) to take it from the grid."
             )
         self._validate_conformal_options()
+        if self.steps_per_generation is None and self.generation_batch_size is None:
+            self.steps_per_generation = self._steps_per_generation_for(self.min_generation_prompts)
         super().__post_init__()
         if (self.per_device_train_batch_size * self.steps_per_generation) % self.max_budget:
             raise ValueError(
@@ -120,12 +138,22 @@ class CGRPOConfig(GRPOConfig):
                 "process holds whole groups; adjust the batch size."
             )
         if self.calibration_batch_size is None:
-            self.calibration_batch_size = max(1, self.per_device_train_batch_size // self.max_budget)
+            generation_rows = self.per_device_train_batch_size * self.steps_per_generation
+            self.calibration_batch_size = max(1, generation_rows // self.max_budget)
 
     @property
     def max_budget(self) -> int:
         """The largest budget of the grid, which is also TRL's group width `num_generations`."""
         return self.budget_grid[-1]
+
+    def _steps_per_generation_for(self, prompts: int) -> int:
+        """Smallest multiple of the accumulation steps whose generation batch holds `prompts` whole groups."""
+        steps = self.gradient_accumulation_steps
+        while (self.per_device_train_batch_size * steps) % self.max_budget or (
+            self.per_device_train_batch_size * steps < prompts * self.max_budget
+        ):
+            steps += self.gradient_accumulation_steps
+        return steps
 
     def _validate_budget_grid(self) -> None:
         grid = list(self.budget_grid)
@@ -155,5 +183,7 @@ class CGRPOConfig(GRPOConfig):
             raise ValueError(f"recalibrate_every must be >= 0 (0 calibrates once), got {self.recalibrate_every}.")
         if self.num_calibration_samples is not None and self.num_calibration_samples < 1:
             raise ValueError(f"num_calibration_samples must be a positive integer or None, got {self.num_calibration_samples}.")
+        if self.min_generation_prompts < 1:
+            raise ValueError(f"min_generation_prompts must be a positive integer (1 keeps TRL's schedule), got {self.min_generation_prompts}.")
         if self.calibration_batch_size is not None and self.calibration_batch_size < 1:
             raise ValueError(f"calibration_batch_size must be a positive integer or None, got {self.calibration_batch_size}.")

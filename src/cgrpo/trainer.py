@@ -6,6 +6,7 @@ import logging
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,8 +42,10 @@ class _DropPaddedRowWarning(logging.Filter):
 class CGRPOTrainer(GRPOTrainer):
     """GRPO with a per-prompt rollout budget chosen by split-conformal prediction.
 
-    Every prompt of a batch is sampled in increments along `args.budget_grid` (2, then 2 more, then 4 more, ...), one
-    generation call per increment for all prompts still active. A prompt stops at the first budget whose conformal
+    Every prompt of a generation batch is sampled in increments along `args.budget_grid` (2, then 2 more, then 4 more,
+    ...), one generation call per increment for all prompts still active. A generation batch spans
+    `args.steps_per_generation` optimizer steps, chosen from `args.min_generation_prompts` so that these calls cover
+    many prompts: on small batches a call costs its latency, not its rows. A prompt stops at the first budget whose conformal
     prediction set over the answers drawn so far is a single answer (score `"aps"`), or, for the execution scores, at
     the first budget with a passing completion whose score is within the threshold. Thresholds `qhat_k`, one per
     budget, are fitted with the current policy on `calibration_dataset` before the first optimizer step and every
@@ -51,7 +54,8 @@ class CGRPOTrainer(GRPOTrainer):
     Groups stay `max(budget_grid)` wide for TRL: a prompt that stopped at `k` is padded with one-token (EOS) rows.
     Padded rows never reach the reward functions, get a NaN reward (so TRL's NaN-aware group baseline ignores them and
     their advantage is zero), are left out of TRL's completion statistics and completion table, and are removed from
-    the batch before the policy update, so they cost no forward or backward pass and do not enter any loss normaliser.
+    the batch before the policy update and skipped when TRL scores old-policy and reference log-probs, so they cost no
+    forward or backward pass and do not enter any loss normaliser.
 
     With several processes, every process holds whole groups, the increments run in lockstep (a process with fewer
     active prompts generates throwaway rows so that collective generation backends stay in step), and calibration is
@@ -82,6 +86,7 @@ class CGRPOTrainer(GRPOTrainer):
         calibration_history (`list[dict]`): one record per calibration (step, delta, qhat, solve rate, cost).
         cgrpo_totals (`dict[str, float]`): generated rollouts and tokens in training and calibration (all processes),
             groups sampled, throwaway lockstep rollouts, and seconds spent in training generation and calibration.
+        budget_histogram (`collections.Counter[int]`): training groups (all processes) per budget they stopped at.
     """
 
     _tag_names = ["trl", "grpo", "cgrpo"]
@@ -118,6 +123,7 @@ class CGRPOTrainer(GRPOTrainer):
             ["train_rollouts", "train_tokens", "groups", "lockstep_rollouts", "calibration_rollouts",
              "calibration_tokens", "generation_s", "calibration_s"], 0.0
         )
+        self.budget_histogram: Counter[int] = Counter()
         self._pad_mask: list[bool] | None = None
         self._batch_examples: list[dict[str, Any]] = []
         # Thresholds fitted beforehand (say by a pipeline step) stand in for the calibration before the first step.
@@ -185,6 +191,21 @@ class CGRPOTrainer(GRPOTrainer):
         if torch.isnan(rewards[~padded]).all(dim=1).any():
             logger.warning("%s for some real completions; they get no advantage.", _TRL_ALL_NONE_WARNING)
         return rewards
+
+    # Why: TRL computes the old-policy log-probs (several steps per generation, vLLM importance sampling) and the
+    # reference log-probs (beta != 0) over the whole group-shaped batch, before C-GRPO drops the padded rows. Scoring
+    # only the real rows keeps padded rows out of these forward passes; the zeros left in their place never reach a
+    # loss, because padded rows leave the batch or stay fully masked.
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        if self._pad_mask is None:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
+            )
+        real = ~torch.tensor(self._pad_mask, device=input_ids.device)
+        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(
+            model, input_ids[real], attention_mask[real], logits_to_keep, *args, **kwargs
+        )
+        return _scatter_rows(logps, real), _scatter_rows(entropies, real), aux_loss
 
     # Why: TRL's per-row loss normalisations (grpo, sapo, luspo, dr_grpo) divide by the rows of a micro-batch, so the
     # masked filler rows that keep micro-batches equal across processes would shrink them. Scaling the advantages and
@@ -377,6 +398,7 @@ class CGRPOTrainer(GRPOTrainer):
         self.cgrpo_totals["train_rollouts"] += ks.sum().item()
         self.cgrpo_totals["train_tokens"] += lengths.sum().item()
         self.cgrpo_totals["groups"] += len(ks)
+        self.budget_histogram.update(int(k) for k in ks.tolist())
         self.state.num_input_tokens_seen += prompt_tokens + int(lengths.sum().item())
         metrics = self._metrics["train"]
         metrics["num_tokens"] = [self.state.num_input_tokens_seen]
@@ -435,6 +457,15 @@ def _check_scoring(args: CGRPOConfig, answer_extractor, verifier) -> None:
         raise ValueError("score='aps' needs answer_extractor(text) -> str | None to compare answers; pass one.")
     if args.score != "aps" and verifier is None:
         raise ValueError(f"score={args.score!r} needs verifier(completions=..., **columns) -> list[bool]; pass one.")
+
+
+def _scatter_rows(values: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
+    """`values` computed for the rows where `rows` is True, placed in a zero tensor with one row per mask entry."""
+    if values is None:
+        return None
+    full = values.new_zeros((rows.numel(), *values.shape[1:]))
+    full[rows] = values
+    return full
 
 
 def _normalise_answer(answer) -> str | None:

@@ -20,7 +20,7 @@ def main(model_dir: str, out_dir: str) -> None:
     args = CGRPOConfig(
         output_dir=out_dir, use_cpu=True, bf16=False, budget_grid=[2, 4, 8], per_device_train_batch_size=16,
         max_completion_length=4, max_steps=3, logging_steps=1, report_to=[], save_strategy="no", score="first_success",
-        recalibrate_every=2, seed=0,
+        recalibrate_every=2, seed=0, min_generation_prompts=1,
     )
     trainer = CGRPOTrainer(
         model=model_dir, reward_funcs=lambda completions, **kw: [float(len(c) % 2) for c in completions], args=args,
