@@ -42,6 +42,9 @@ def _run_record(method: str, seed: int, key: str, *, g: int | None = None, match
         "rollouts_per_prompt": rollouts_per_prompt, "train_wall_s": 100.0 + 3 * rollouts_per_prompt + seed,
         "generation_wall_s": 2.0 * rollouts_per_prompt, "update_wall_s": 50.0,
         "calibration_wall_s": 8.0 if cgrpo else 0.0,
+        "total_wall_s": 100.0 + 3 * rollouts_per_prompt + seed + (4.0 if cgrpo else 0.0),
+        "reference_budget": 32, "steps_per_generation": 8 if cgrpo else 1,
+        "train_budget_histogram": {"2": 150, "8": 50, "32": 100} if cgrpo else {str(width): groups},
         "calibrations": [
             {"step": step, "delta": 0.3 - 0.01 * step, "qhat": {str(k): 1.0 - 0.02 * step - k / 64 for k in GRID},
              "solve_rate": 0.6 + 0.01 * step, "rollouts": 320, "tokens": 6400, "wall_s": 4.0}
@@ -155,6 +158,26 @@ def test_summary_has_one_row_per_evaluated_model(tables):
     assert set(matched["setting"]) == {"G=12 (compute-matched)"}
 
 
+def test_time_savings_are_against_the_same_seeds_grpo_at_the_reference_budget(tables):
+    summary = tables["summary"].set_index("run")
+    for seed in SEEDS:
+        reference = summary.loc[f"grpo_s{seed}_G32", "total_wall_s"]
+        cgrpo = summary.loc[f"cgrpo_s{seed}_g2-4-8-16-32_dauto_r10"]
+        assert cgrpo["total_wall_s"] == pytest.approx(100.0 + 3 * ROLLOUTS["cgrpo"][seed] + seed + 4.0)
+        assert cgrpo["time_savings"] == pytest.approx(1 - cgrpo["total_wall_s"] / reference)
+        assert summary.loc[f"grpo_s{seed}_G4", "time_savings"] == pytest.approx(
+            1 - summary.loc[f"grpo_s{seed}_G4", "total_wall_s"] / reference)
+        assert summary.loc[f"grpo_s{seed}_G32", "time_savings"] == 0
+        assert cgrpo["train_budget_histogram"] == "2:150, 8:50, 32:100"
+    assert pd.isna(summary.loc["base", "time_savings"])
+
+
+def test_time_savings_without_the_reference_run_are_empty():
+    records = [_run_record("cgrpo", 0, "cgrpo"), _run_record("grpo", 0, "G4", g=4)]
+    summary = reporting.summary_table(records, [_eval_record(r["run"], 0.1) for r in records])
+    assert summary["time_savings"].isna().all()
+
+
 def test_summary_refuses_an_eval_without_its_run():
     with pytest.raises(ValueError, match="no run.json"):
         reporting.summary_table([], [_eval_record("grpo_s0_G4", 0.1)])
@@ -182,6 +205,8 @@ def test_by_method_means_and_intervals_across_seeds(tables):
     assert row["greedy accuracy 95% CI low"] == pytest.approx(low)
     assert row["greedy accuracy 95% CI high"] == pytest.approx(high)
     assert row["rollouts per training prompt (incl. calibration)"] == pytest.approx(np.mean(ROLLOUTS["cgrpo"]))
+    assert row["time savings incl. calibration"] == pytest.approx(np.mean(
+        [1 - (104.0 + 3 * c + seed) / (100.0 + 96 + seed) for seed, c in enumerate(ROLLOUTS["cgrpo"])]))
     base = by_method.set_index("setting").loc["base model"]
     assert base["greedy accuracy"] == pytest.approx(0.30)
     assert math.isnan(base["greedy accuracy 95% CI low"]) and math.isnan(base["training wall clock (s)"])
@@ -200,6 +225,8 @@ def test_paired_differences_per_baseline(tables):
     rollouts = paired.loc["GRPO G=4", "rollouts per training prompt difference"]
     assert rollouts == pytest.approx(np.mean(ROLLOUTS["cgrpo"]) - 4)
     assert "training wall clock (s) difference" in paired
+    wall = paired.loc["GRPO G=32", "wall clock (s, training + calibration) difference"]
+    assert wall == pytest.approx(np.mean([3 * (c - 32) + 4.0 for c in ROLLOUTS["cgrpo"]]))
 
 
 def test_paired_uses_only_shared_seeds_and_only_its_own_match(tables):

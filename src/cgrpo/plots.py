@@ -56,10 +56,11 @@ def _empty(path: str | Path, title: str, message: str) -> None:
 
 
 def plot_pareto(summary: pd.DataFrame, path: str | Path) -> None:
-    """Eval greedy accuracy against generated rollouts per training prompt (calibration included).
+    """Eval greedy accuracy against cost: generated rollouts per training prompt, and wall clock.
 
-    One small point per run, a large marker at each method and setting's mean across seeds, and the
-    base model's accuracy as a horizontal line.
+    Left panel: rollouts per training prompt (calibration included); right panel: wall-clock seconds of
+    the run (training and every calibration). One small point per run, a large marker at each method
+    and setting's mean across seeds, and the base model's accuracy as a horizontal line.
     """
     trained = summary[summary["method"] != "base"].copy()
     if trained.empty:
@@ -67,23 +68,25 @@ def plot_pareto(summary: pd.DataFrame, path: str | Path) -> None:
         return
     trained["label"] = _labels(trained)
     colors = _colors(trained["label"])
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, group in trained.groupby("label", sort=True):
-        marker = "o" if group["method"].iloc[0] == "cgrpo" else "s"
-        ax.scatter(group["rollouts_per_prompt"], group["eval_greedy_acc"], color=colors[label], alpha=0.45, s=25,
-                   marker=marker)
-        ax.scatter(group["rollouts_per_prompt"].mean(), group["eval_greedy_acc"].mean(), color=colors[label], s=160,
-                   marker=marker, edgecolor="black", linewidth=1.2, label=label, zorder=3)
     base = summary.loc[summary["method"] == "base", "eval_greedy_acc"]
-    if not base.empty:
-        ax.axhline(base.iloc[0], color="grey", linestyle="--", linewidth=1.2, label="base model")
-    ax.set_xscale("log", base=2)
-    _log2_axis(ax.xaxis)
-    ax.set_xlabel("generated rollouts per training prompt (incl. calibration)")
-    ax.set_ylabel("eval greedy accuracy")
-    ax.set_title("Accuracy vs generation cost (large markers: mean across seeds)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    panels = [("rollouts_per_prompt", "generated rollouts per training prompt (incl. calibration)"),
+              ("total_wall_s", "wall clock per run, training + calibration (s)")]
+    for ax, (column, xlabel) in zip(axes, panels):
+        for label, group in trained.groupby("label", sort=True):
+            marker = "o" if group["method"].iloc[0] == "cgrpo" else "s"
+            ax.scatter(group[column], group["eval_greedy_acc"], color=colors[label], alpha=0.45, s=25, marker=marker)
+            ax.scatter(group[column].mean(), group["eval_greedy_acc"].mean(), color=colors[label], s=160,
+                       marker=marker, edgecolor="black", linewidth=1.2, label=label, zorder=3)
+        if not base.empty:
+            ax.axhline(base.iloc[0], color="grey", linestyle="--", linewidth=1.2, label="base model")
+        ax.set_xlabel(xlabel)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_xscale("log", base=2)
+    _log2_axis(axes[0].xaxis)
+    axes[0].set_ylabel("eval greedy accuracy")
+    fig.suptitle("Accuracy vs generation cost and wall clock (large markers: mean across seeds)")
+    axes[1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     _save(fig, path)
 
 

@@ -54,9 +54,11 @@ BY_METHOD_METRICS = {
     "eval_maj_acc": "majority-vote accuracy",
     "rollouts_per_prompt": "rollouts per training prompt (incl. calibration)",
     "total_rollouts_generated": "rollouts generated (training + calibration)",
+    "total_wall_s": "wall clock (s, training + calibration)",
     "train_mean_k": "mean group size k",
     "train_rollout_savings": "rollout savings",
     "train_rollout_savings_with_calibration": "rollout savings incl. calibration",
+    "time_savings": "time savings incl. calibration",
     "train_tokens_generated": "training tokens generated",
     "train_wall_s": "training wall clock (s)",
     "generation_wall_s": "generation wall clock (s)",
@@ -68,6 +70,7 @@ PAIRED_METRICS = {
     "eval_maj_acc": "majority-vote accuracy",
     "rollouts_per_prompt": "rollouts per training prompt",
     "total_rollouts_generated": "rollouts generated",
+    "total_wall_s": "wall clock (s, training + calibration)",
     "train_wall_s": "training wall clock (s)",
 }
 
@@ -76,7 +79,8 @@ _RUN_FIELDS = [
     "train_mean_k", "train_rollout_savings", "train_rollout_savings_with_calibration",
     "train_rollouts_generated", "calibration_rollouts_generated", "rollouts_per_prompt",
     "train_tokens_generated", "calibration_tokens_generated",
-    "train_wall_s", "generation_wall_s", "update_wall_s", "calibration_wall_s",
+    "train_wall_s", "generation_wall_s", "update_wall_s", "calibration_wall_s", "total_wall_s",
+    "reference_budget", "steps_per_generation",
 ]
 _METHOD_ORDER = {"base": 0, "cgrpo": 1, "grpo": 2}
 
@@ -134,7 +138,9 @@ def summary_table(runs: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str
     ``runs`` are ``run.json`` records and ``evals`` eval records; every eval needs the run record of
     the same ``run`` name, except ``"base"`` (the untrained base model, ``method`` ``"base"``).
     Training columns of the base row are empty. ``total_rollouts_generated`` adds the training and
-    calibration rollouts.
+    calibration rollouts; ``time_savings`` is ``1 - total_wall_s`` over that of the same seed's GRPO run
+    at G = ``reference_budget`` (empty where that run is missing), the wall-clock twin of
+    ``train_rollout_savings_with_calibration``; ``train_budget_histogram`` reads ``"k:groups, ..."``.
     """
     by_run = _by_run(runs, "run records")
     rows = []
@@ -156,6 +162,7 @@ def summary_table(runs: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str
             "eval_maj_acc": evaluation.get("eval_maj_acc"),
             "eval_mean_at_k": evaluation.get("mean_at_k"),
             "eval_wall_s": evaluation.get("eval_wall_s"),
+            "train_budget_histogram": _histogram_text(record.get("train_budget_histogram") or {}) or None,
         }
         if row["delta"] is not None:
             row["delta"] = format_delta(row["delta"])
@@ -163,6 +170,8 @@ def summary_table(runs: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str
     table = pd.DataFrame(rows)
     total = table["train_rollouts_generated"] + table["calibration_rollouts_generated"]
     table.insert(table.columns.get_loc("rollouts_per_prompt"), "total_rollouts_generated", total)
+    table.insert(table.columns.get_loc("train_rollout_savings_with_calibration") + 1, "time_savings",
+                 _time_savings(table))
     table["seed"] = table["seed"].astype("Int64")
     order = table["method"].map(_METHOD_ORDER)
     return (
@@ -171,6 +180,14 @@ def summary_table(runs: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str
         .drop(columns="_order")
         .reset_index(drop=True)
     )
+
+
+def _time_savings(table: pd.DataFrame) -> pd.Series:
+    fixed = table[(table["method"] == "grpo") & ~table["compute_matched"].fillna(False).astype(bool)]
+    reference = fixed.set_index(["seed", "num_generations"])["total_wall_s"]
+    keys = list(zip(table["seed"], table["reference_budget"]))
+    reference_wall = pd.Series([reference.get(key, math.nan) for key in keys], index=table.index, dtype=float)
+    return 1 - pd.to_numeric(table["total_wall_s"], errors="coerce") / reference_wall
 
 
 # --------------------------------------------------------------------------- across seeds

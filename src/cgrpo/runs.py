@@ -221,13 +221,17 @@ def _run_record(spec, trainer, counter: _GenerationCounter, wall: float, initial
     calibration_rollouts = sum(c["rollouts"] for c in calibrations)
     calibration_wall = sum(c["wall_s"] for c in calibrations)
     in_run_calibration = sum(c["wall_s"] for c in calibrations[1:])
+    # The pipeline's initial calibration runs in its own rule, before `train`: it is part of the run's cost.
+    initial_calibration = calibrations[0]["wall_s"] if calibrations else 0.0
     return {
         "run": spec["run"], "method": spec["method"], "seed": spec["seed"], "num_generations": width,
         "budget_grid": "-".join(map(str, spec["budget_grid"])) if cgrpo else None,
         "delta": spec.get("delta", "auto") if cgrpo else None,
         "recalibrate_every": spec.get("recalibrate_every", 0) if cgrpo else None,
         "compute_matched": bool(spec.get("compute_matched", False)),
-        "steps": trainer.state.global_step, "groups": groups,
+        "reference_budget": reference, "steps": trainer.state.global_step, "groups": groups,
+        "steps_per_generation": trainer.args.steps_per_generation,
+        "train_budget_histogram": _budget_histogram(trainer) if cgrpo else {str(width): groups},
         "train_rollouts_generated": rollouts, "train_tokens_generated": tokens,
         "calibration_rollouts_generated": calibration_rollouts,
         "calibration_tokens_generated": sum(c["tokens"] for c in calibrations),
@@ -238,8 +242,13 @@ def _run_record(spec, trainer, counter: _GenerationCounter, wall: float, initial
         "train_wall_s": wall, "generation_wall_s": counter.seconds,
         "update_wall_s": wall - counter.seconds - in_run_calibration,
         "calibration_wall_s": calibration_wall,
+        "total_wall_s": wall + initial_calibration,
         "calibrations": calibrations,
     }
+
+
+def _budget_histogram(trainer) -> dict[str, int]:
+    return {str(k): trainer.budget_histogram[k] for k in sorted(trainer.budget_histogram)}
 
 
 def _initial_record(initial: dict[str, Any]) -> dict[str, Any]:
