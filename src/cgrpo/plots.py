@@ -104,7 +104,8 @@ def plot_training_curves(steps: pd.DataFrame, path: str | Path) -> None:
     fig, axes = plt.subplots(len(panels), 1, figsize=(7, 7.5), sharex=True)
     for ax, (column, title) in zip(axes, panels):
         for label, group in steps.groupby("label", sort=True):
-            per_step = group.groupby("step")[column].agg(["mean", "min", "max"])
+            # Generation metrics are logged at the first step of each generation batch only.
+            per_step = group.groupby("step")[column].agg(["mean", "min", "max"]).dropna()
             ax.plot(per_step.index, per_step["mean"], color=colors[label], label=label)
             ax.fill_between(per_step.index, per_step["min"], per_step["max"], color=colors[label], alpha=0.15)
         ax.set_ylabel(title)

@@ -6,7 +6,6 @@ folder; both load models, data and reward functions exactly as a user's script w
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import shutil
@@ -22,6 +21,7 @@ from .calibration import Thresholds, fit_thresholds
 from .config import CGRPOConfig
 from .splits import load_split
 from .tasks import get_task
+from .timing import GenerationCounter, count_generation
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def train_run(spec: dict[str, Any], out_dir: str | Path) -> None:
         if method == "cgrpo"
         else _grpo_trainer(spec, out_dir / "checkpoints")
     )
-    counter = _count_generation(trainer)
+    counter = count_generation(trainer)
     start = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - start
@@ -173,41 +173,12 @@ def _initial_calibration(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- accounting
-class _GenerationCounter:
-    """Generated (never only kept) training rollouts and tokens, and the wall time spent generating them."""
-
-    def __init__(self):
-        self.rollouts = 0
-        self.tokens = 0
-        self.seconds = 0.0
-
-
-def _count_generation(trainer: GRPOTrainer) -> _GenerationCounter:
-    # Wrapping the instance's `_generate` counts both trainers identically; C-GRPO's `_generate` returns padded
-    # groups, so its counts come from `cgrpo_totals` instead and only the time is taken here.
-    counter = _GenerationCounter()
-    generate = trainer._generate
-
-    @functools.wraps(generate)
-    def timed(prompts):
-        start = time.perf_counter()
-        result = generate(prompts)
-        if trainer.model.training:
-            counter.seconds += time.perf_counter() - start
-            counter.rollouts += len(result[1])
-            counter.tokens += sum(len(ids) for ids in result[1])
-        return result
-
-    trainer._generate = timed
-    return counter
-
-
 def _steps_table(log_history: list[dict[str, Any]]) -> pd.DataFrame:
     rows = [entry for entry in log_history if "loss" in entry and not any(key in entry for key in _SUMMARY_KEYS)]
     return pd.DataFrame(rows)
 
 
-def _run_record(spec, trainer, counter: _GenerationCounter, wall: float, initial: dict | None) -> dict[str, Any]:
+def _run_record(spec, trainer, counter: GenerationCounter, wall: float, initial: dict | None) -> dict[str, Any]:
     cgrpo = spec["method"] == "cgrpo"
     width = trainer.args.num_generations
     reference = int(spec.get("reference_budget") or width)
