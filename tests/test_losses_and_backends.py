@@ -56,6 +56,35 @@ def test_padding_gradient_equals_unpadded_gradient(scored, loss_type):
         torch.testing.assert_close(plain, reference * 6 / 8, rtol=1e-4, atol=1e-6)
 
 
+def _with_trailing_columns(batch: dict, columns: int) -> dict:
+    """The batch with unused completion columns appended, as a micro-batch of a wider generation batch has them."""
+    widened = dict(batch)
+    for key in ("completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps"):
+        if batch.get(key) is not None:
+            value = batch[key]
+            widened[key] = torch.cat([value, value.new_zeros((value.size(0), columns))], dim=1)
+    return widened
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_unused_completion_columns_are_cut_and_leave_the_gradient_unchanged(scored, loss_type, monkeypatch):
+    trainer, batch = scored
+    trainer.loss_type = loss_type
+    real_only = {k: v for k, v in batch.items() if k != "num_real_rows"}
+    reference = _gradient(lambda m, x: GRPOTrainer.compute_loss(trainer, m, x), trainer, real_only)
+    widths = []
+    score = GRPOTrainer._get_per_token_logps_and_entropies
+
+    def recording(self, model, input_ids, *args, **kwargs):
+        widths.append(input_ids.size(1))
+        return score(self, model, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", recording)
+    ours = _gradient(trainer.compute_loss, trainer, _with_trailing_columns(batch, 5))
+    torch.testing.assert_close(ours, reference, rtol=0, atol=1e-6)
+    assert widths == [batch["prompt_ids"].size(1) + batch["completion_ids"].size(1)]
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
 def test_row_normalised_losses_train_with_filler_rows(tiny_model_dir, tmp_path, loss_type):
     trainer = _trainer(tiny_model_dir, tmp_path, loss_type=loss_type, per_device_train_batch_size=6,

@@ -195,23 +195,42 @@ class CGRPOTrainer(GRPOTrainer):
     # Why: TRL computes the old-policy log-probs (several steps per generation, vLLM importance sampling) and the
     # reference log-probs (beta != 0) over the whole group-shaped batch, before C-GRPO drops the padded rows. Scoring
     # only the real rows keeps padded rows out of these forward passes; the zeros left in their place never reach a
-    # loss, because padded rows leave the batch or stay fully masked.
+    # loss, because padded rows leave the batch or stay fully masked. The real rows are scored in chunks of similar
+    # completion length, each cut to its longest completion: a generation batch spanning several steps is padded to
+    # its longest completion, and completions are right-padded for a causal model, so the cut changes no log-prob.
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         if self._pad_mask is None:
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
             )
-        real = ~torch.tensor(self._pad_mask, device=input_ids.device)
-        logps, entropies, aux_loss = super()._get_per_token_logps_and_entropies(
-            model, input_ids[real], attention_mask[real], logits_to_keep, *args, **kwargs
-        )
-        return _scatter_rows(logps, real), _scatter_rows(entropies, real), aux_loss
+        real = (~torch.tensor(self._pad_mask, device=input_ids.device)).nonzero().squeeze(1)
+        lengths = attention_mask[real, -logits_to_keep:].sum(dim=1)
+        order = real[torch.argsort(lengths, descending=True, stable=True)]
+        chunk = kwargs.pop("batch_size", None) or (args[0] if args else None) or len(order)
+        logps = entropies = None
+        aux_losses = []
+        for rows in torch.split(order, chunk):
+            keep = max(1, int(attention_mask[rows[0], -logits_to_keep:].sum().item()))
+            end = input_ids.size(1) - logits_to_keep + keep
+            part = super()._get_per_token_logps_and_entropies(
+                model, input_ids[rows, :end], attention_mask[rows, :end], keep, None, *args[1:], **kwargs
+            )
+            logps = _place_rows(logps, part[0], rows, len(self._pad_mask), logits_to_keep)
+            entropies = _place_rows(entropies, part[1], rows, len(self._pad_mask), logits_to_keep)
+            aux_losses.append(part[2])
+        aux_loss = None if aux_losses[0] is None else torch.stack(aux_losses).mean()
+        return logps, entropies, aux_loss
 
-    # Why: TRL's per-row loss normalisations (grpo, sapo, luspo, dr_grpo) divide by the rows of a micro-batch, so the
-    # masked filler rows that keep micro-batches equal across processes would shrink them. Scaling the advantages and
-    # the KL coefficient by rows / (expected real rows) restores the mean over real rows exactly: both loss terms are
-    # linear in these factors, fillers are fully masked, and the token-normalised entropy bonus is left untouched.
+    # Why: two things TRL's loss does not know about C-GRPO's batches. (1) A generation batch spanning several steps is
+    # padded to its longest completion, so each step's micro-batch carries trailing columns that no row of it uses;
+    # they are cut, which changes no loss term (completions are right-padded, the model is causal, and no loss type
+    # divides by the tensor width). (2) TRL's per-row loss normalisations (grpo, sapo, luspo, dr_grpo) divide by the
+    # rows of a micro-batch, so the masked filler rows that keep micro-batches equal across processes would shrink
+    # them. Scaling the advantages and the KL coefficient by rows / (expected real rows) restores the mean over real
+    # rows exactly: both loss terms are linear in these factors, fillers are fully masked, and the token-normalised
+    # entropy bonus is left untouched.
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        inputs = _trim_completion_columns(inputs)
         real_rows = inputs.get("num_real_rows")
         if real_rows is None or self.loss_type in TOKEN_NORMALIZED_LOSSES:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
@@ -459,12 +478,34 @@ def _check_scoring(args: CGRPOConfig, answer_extractor, verifier) -> None:
         raise ValueError(f"score={args.score!r} needs verifier(completions=..., **columns) -> list[bool]; pass one.")
 
 
-def _scatter_rows(values: torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor | None:
-    """`values` computed for the rows where `rows` is True, placed in a zero tensor with one row per mask entry."""
+# Batch entries with one column per completion token; the importance-sampling ratio has one only at token level.
+_PER_TOKEN_KEYS = ("completion_ids", "completion_mask", "tool_mask", "old_per_token_logps", "ref_per_token_logps",
+                   "sampling_per_token_logps", "importance_sampling_ratio")
+
+
+def _trim_completion_columns(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The micro-batch without the trailing completion columns that none of its rows' masks uses."""
+    mask = inputs["completion_mask"]
+    used = mask.any(dim=0).nonzero()
+    width = int(used.max().item()) + 1 if len(used) else 1
+    if width == mask.size(1):
+        return inputs
+    return {
+        key: value[:, :width]
+        if key in _PER_TOKEN_KEYS and torch.is_tensor(value) and value.dim() >= 2 and value.size(1) == mask.size(1)
+        else value
+        for key, value in inputs.items()
+    }
+
+
+def _place_rows(full: torch.Tensor | None, values: torch.Tensor | None, rows: torch.Tensor, count: int,
+                width: int) -> torch.Tensor | None:
+    """Write per-token `values` of some rows into `full` (zeros of `count` x `width` made on first use)."""
     if values is None:
         return None
-    full = values.new_zeros((rows.numel(), *values.shape[1:]))
-    full[rows] = values
+    if full is None:
+        full = values.new_zeros((count, width))
+    full[rows, : values.size(1)] = values
     return full
 
 
