@@ -56,6 +56,19 @@ def test_padding_gradient_equals_unpadded_gradient(scored, loss_type):
         torch.testing.assert_close(plain, reference * 6 / 8, rtol=1e-4, atol=1e-6)
 
 
+def _record_scored_shapes(monkeypatch) -> list[tuple[int, int]]:
+    """From now on, the (rows, columns) of every batch TRL's log-prob scoring gets, in order."""
+    shapes = []
+    score = GRPOTrainer._get_per_token_logps_and_entropies
+
+    def recording(self, model, input_ids, *args, **kwargs):
+        shapes.append(tuple(input_ids.shape))
+        return score(self, model, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", recording)
+    return shapes
+
+
 def _with_trailing_columns(batch: dict, columns: int) -> dict:
     """The batch with unused completion columns appended, as a micro-batch of a wider generation batch has them."""
     widened = dict(batch)
@@ -72,17 +85,10 @@ def test_unused_completion_columns_are_cut_and_leave_the_gradient_unchanged(scor
     trainer.loss_type = loss_type
     real_only = {k: v for k, v in batch.items() if k != "num_real_rows"}
     reference = _gradient(lambda m, x: GRPOTrainer.compute_loss(trainer, m, x), trainer, real_only)
-    widths = []
-    score = GRPOTrainer._get_per_token_logps_and_entropies
-
-    def recording(self, model, input_ids, *args, **kwargs):
-        widths.append(input_ids.size(1))
-        return score(self, model, input_ids, *args, **kwargs)
-
-    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", recording)
+    scored = _record_scored_shapes(monkeypatch)
     ours = _gradient(trainer.compute_loss, trainer, _with_trailing_columns(batch, 5))
     torch.testing.assert_close(ours, reference, rtol=0, atol=1e-6)
-    assert widths == [batch["prompt_ids"].size(1) + batch["completion_ids"].size(1)]
+    assert [width for _, width in scored] == [batch["prompt_ids"].size(1) + batch["completion_ids"].size(1)]
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
@@ -96,17 +102,10 @@ def test_row_normalised_losses_train_with_filler_rows(tiny_model_dir, tmp_path, 
 def test_padded_rows_skip_old_and_reference_log_prob_passes(tiny_model_dir, tmp_path, monkeypatch):
     # beta != 0 scores reference log-probs, and two steps per generation score old-policy ones.
     trainer = _trainer(tiny_model_dir, tmp_path, extractor=lambda text: "1", beta=0.04, steps_per_generation=2)
-    scored_rows = []
-    score = GRPOTrainer._get_per_token_logps_and_entropies
-
-    def recording(self, model, input_ids, *args, **kwargs):
-        scored_rows.append(input_ids.size(0))
-        return score(self, model, input_ids, *args, **kwargs)
-
-    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", recording)
+    scored = _record_scored_shapes(monkeypatch)
     batch = _score_batch(trainer, prompts=2)
     # Two prompts stop at k=2: 4 real rows of 16 are scored, once for the old policy and once for the reference.
-    assert scored_rows == [4, 4]
+    assert [rows for rows, _ in scored] == [4, 4]
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
     mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
     with torch.no_grad():
