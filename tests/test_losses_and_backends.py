@@ -109,7 +109,9 @@ def test_padded_rows_skip_old_and_reference_log_prob_passes(tiny_model_dir, tmp_
     ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
     mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
     with torch.no_grad():
-        expected, _, _ = score(trainer, trainer.model, ids, mask, batch["completion_ids"].size(1))
+        expected, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(
+            trainer, trainer.model, ids, mask, batch["completion_ids"].size(1)
+        )
     real = batch["completion_mask"].bool()
     torch.testing.assert_close(batch["old_per_token_logps"][real], expected[real])
 
