@@ -4,7 +4,7 @@ One process, every configuration side by side, on the same prompts: C-GRPO and G
 for (a) prompts per generation round (the prompts of one generation batch, which several optimizer steps of
 `--prompts-per-step` prompts share), (b) the C-GRPO stopping regime: every prompt stops at k_min (`kmin`), every
 prompt walks the whole grid (`walk`), or each prompt stops at a budget drawn from the default experiment's training
-histogram (`mix`), and (c) the model: random-weight Llamas of the default experiment's size (0.5M parameters) and of
+histogram (`mix`), and (c) the model: random-weight Llamas of the default experiment's size (0.4M parameters) and of
 11M parameters, whose completions always run to `--max-completion-length`. The stopping regime is forced through
 C-GRPO's public API: the `first_success` score with thresholds of 1 and a verifier that passes the last row a prompt
 may draw, so generation, padding, scoring and the update run exactly as in training.
@@ -14,7 +14,7 @@ old-policy log-probs, the optimizer steps) and calibration (one calibration of `
 max(grid) samples, timed on its own, times the default experiment's calibrations per training prompt,
 `--prompts-per-calibration`), then prints the ratios the wall-clock targets are stated in and writes a CSV and a plot.
 
-Run (offline, CPU; about 15 minutes on 2 cores), from the repository root::
+Run (offline, CPU; about 13 minutes on 2 cores), from the repository root::
 
     HF_HUB_OFFLINE=1 python benchmarks/generation_schedule.py --out results/benchmarks/generation_schedule
 
@@ -48,7 +48,7 @@ from cgrpo.timing import count_generation  # noqa: E402
 
 GRID = [2, 4, 8, 16, 32]
 # name -> (hidden size, intermediate size, layers, heads): the default experiment's model and an 11M-parameter one.
-MODELS = {"0.5M": (128, 256, 2, 4), "11M": (384, 1024, 6, 6)}
+MODELS = {"0.4M": (128, 256, 2, 4), "11M": (384, 1024, 6, 6)}
 REGIMES = ("kmin", "walk", "mix")
 
 

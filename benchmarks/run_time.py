@@ -1,0 +1,72 @@
+"""Wall clock of one training run of the default experiment, alone on the machine, split as `run.json` splits it.
+
+Trains one C-GRPO or fixed-group GRPO run of `config/config.yaml` (seed, method and C-GRPO's generation schedule
+chosen here) with `cgrpo.runs.train_run`, on the base model, splits and initial calibration the default pipeline
+wrote, and prints its training, generation, update and calibration seconds and its generated rollouts and tokens.
+Run from the repository root after `snakemake --cores 2`::
+
+    HF_HUB_OFFLINE=1 python benchmarks/run_time.py --method cgrpo --seed 0
+    HF_HUB_OFFLINE=1 python benchmarks/run_time.py --method cgrpo --seed 0 --min-generation-prompts 1
+    HF_HUB_OFFLINE=1 python benchmarks/run_time.py --method grpo --seed 0
+
+`--min-generation-prompts 1` is C-GRPO's schedule before generation batches were shared: one per optimizer step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+import torch
+import yaml
+
+from cgrpo.runs import train_run
+
+FIELDS = ("train_wall_s", "generation_wall_s", "update_wall_s", "calibration_wall_s", "total_wall_s",
+          "train_rollouts_generated", "train_tokens_generated", "steps_per_generation")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--method", choices=["cgrpo", "grpo"], default="cgrpo")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--min-generation-prompts", type=int, help="C-GRPO only; default: the config's")
+    parser.add_argument("--config", default="config/config.yaml")
+    parser.add_argument("--results", default="results/default", help="the default pipeline's output folder")
+    parser.add_argument("--threads", type=int, default=2)
+    return parser.parse_args()
+
+
+def run_spec(config: dict, args: argparse.Namespace, results: Path) -> dict:
+    """The spec the workflow gives `train_run` for this method and seed (first grid and delta, G = max(grid))."""
+    grid = config["cgrpo"]["budget_grids"][0]
+    spec = {"run": f"{args.method}_s{args.seed}", "method": args.method, "model": str(results / "base_model"),
+            "splits": str(results / "splits"), "task": config["task"], "seed": args.seed, "peft": config.get("peft")}
+    if args.method == "grpo":
+        return {**spec, "trainer": {**config["training"], **config["grpo"]["trainer"]}, "num_generations": max(grid),
+                "compute_matched": False, "reference_budget": max(grid)}
+    options = dict(config["cgrpo"]["options"])
+    if args.min_generation_prompts is not None:
+        options["min_generation_prompts"] = args.min_generation_prompts
+    return {**spec, "trainer": {**config["training"], **config["cgrpo"]["trainer"]}, "budget_grid": grid,
+            "delta": config["cgrpo"]["deltas"][0], "recalibrate_every": config["cgrpo"]["recalibrate_every"][0],
+            "cgrpo": options,
+            "initial_calibration": str(results / "calibration" / "-".join(map(str, grid)) / "thresholds.json")}
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    config = yaml.safe_load(Path(args.config).read_text())
+    spec = run_spec(config, args, Path(args.results))
+    with tempfile.TemporaryDirectory() as out:
+        train_run(spec, out)
+        record = json.loads((Path(out) / "run.json").read_text())
+    print(" ".join(f"{name}={record[name]:.4g}" if isinstance(record[name], float) else f"{name}={record[name]}"
+                   for name in FIELDS))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""benchmarks/generation_schedule.py measures what it says: forced stopping regimes, and ratios to the right GRPO."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "generation_schedule.py"
+
+
+@pytest.fixture(scope="module")
+def schedule():
+    spec = importlib.util.spec_from_file_location("generation_schedule", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _args(**overrides) -> argparse.Namespace:
+    options = dict(prompts=8, prompts_per_step=2, max_completion_length=4, calibration_prompts=2,
+                   prompts_per_calibration=160.0, device="cpu", use_vllm=False, seed=0)
+    return argparse.Namespace(**{**options, **overrides})
+
+
+@pytest.mark.parametrize("regime", ["kmin", "walk", "mix"])
+def test_forced_regimes_stop_every_prompt_where_drawn(schedule, tiny_model_dir, regime):
+    mix = {2: 0.5, 8: 0.25, 32: 0.25}
+    budgets = schedule.stopping_budgets(regime, 8, mix, seed=0)
+    trainer = schedule.cgrpo_trainer(_args(), tiny_model_dir, round_prompts=4, stop_at=budgets)
+    assert trainer.args.steps_per_generation == 2
+    schedule.timed_training(trainer)
+    assert trainer.budget_histogram == Counter(budgets)
+    if regime == "mix":
+        assert set(budgets) == {2, 8, 32}
+
+
+def test_budget_mix_reads_a_summary_or_weights(schedule, tmp_path):
+    summary = tmp_path / "summary.csv"
+    pd.DataFrame({"method": ["base", "cgrpo", "cgrpo", "grpo"],
+                  "train_budget_histogram": [None, "2:10, 32:5", "2:4, 16:1", "32:320"]}).to_csv(summary, index=False)
+    assert schedule.budget_mix(str(summary)) == {2: 14.0, 32: 5.0, 16: 1.0}
+    assert schedule.budget_mix("2:0.5,32:0.5") == {2: 0.5, 32: 0.5}
+    with pytest.raises(SystemExit, match="not in the grid"):
+        schedule.budget_mix("3:1")
+    with pytest.raises(SystemExit, match="neither a summary.csv"):
+        schedule.budget_mix("missing.csv")
+
+
+def test_ratios_compare_each_regime_with_its_grpo(schedule):
+    rows = []
+    for round_prompts, scale in ((2, 2.0), (16, 1.0)):
+        rows += [
+            {"model": "m", "round_prompts": round_prompts, "method": "GRPO G=2", "regime": None,
+             "rollouts_per_prompt": 2, "generation_s": 1.0 * scale, "update_s": 1.0, "calibration_s": 0.0},
+            {"model": "m", "round_prompts": round_prompts, "method": "GRPO G=32", "regime": None,
+             "rollouts_per_prompt": 32, "generation_s": 8.0 * scale, "update_s": 2.0, "calibration_s": 0.0},
+            {"model": "m", "round_prompts": round_prompts, "method": "C-GRPO", "regime": "kmin",
+             "rollouts_per_prompt": 2, "calibration_rollouts_per_prompt": 3.2, "generation_s": 1.5, "update_s": 1.0,
+             "calibration_s": 0.5},
+            {"model": "m", "round_prompts": round_prompts, "method": "C-GRPO", "regime": "mix",
+             "rollouts_per_prompt": 16, "calibration_rollouts_per_prompt": 3.2, "generation_s": 4.0, "update_s": 1.5,
+             "calibration_s": 0.5},
+        ]
+    table = schedule.with_ratios(pd.DataFrame(rows)).set_index(["round_prompts", "regime"])
+    assert table.loc[(16, "kmin"), "ratio"] == pytest.approx(3.0 / 2.0)
+    assert table.loc[(16, "kmin"), "ratio_without_calibration"] == pytest.approx(2.5 / 2.0)
+    assert table.loc[(16, "kmin"), "ratio_vs_grpo_one_step_rounds"] == pytest.approx(3.0 / 3.0)
+    assert table.loc[(16, "mix"), "ratio"] == pytest.approx(6.0 / 10.0)
+    assert table.loc[(16, "mix"), "mix_target"] == pytest.approx(1 - 0.7 * (1 - 19.2 / 32))
