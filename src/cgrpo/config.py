@@ -40,7 +40,8 @@ class CGRPOConfig(GRPOConfig):
             `"pass_rate"` (execution scores; need `verifier`).
         recalibrate_every (`int`, *optional*, defaults to `50`):
             Refit the thresholds with the current policy every this many optimizer steps; `0` calibrates once, before
-            the first step.
+            the first step. Calibration runs when a generation batch starts, so with several steps per generation it
+            happens at the first generation batch at least this many steps after the previous one.
         num_calibration_samples (`int` or `None`, *optional*, defaults to `None`):
             Number of calibration examples used at each calibration (the first ones); `None` uses them all.
         min_generation_prompts (`int`, *optional*, defaults to `16`):
