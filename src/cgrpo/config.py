@@ -185,6 +185,9 @@ class CGRPOConfig(GRPOConfig):
         if self.num_calibration_samples is not None and self.num_calibration_samples < 1:
             raise ValueError(f"num_calibration_samples must be a positive integer or None, got {self.num_calibration_samples}.")
         if self.min_generation_prompts < 1:
-            raise ValueError(f"min_generation_prompts must be a positive integer (1 keeps TRL's schedule), got {self.min_generation_prompts}.")
+            raise ValueError(
+                f"min_generation_prompts must be a positive integer (1 keeps TRL's schedule), got "
+                f"{self.min_generation_prompts}."
+            )
         if self.calibration_batch_size is not None and self.calibration_batch_size < 1:
             raise ValueError(f"calibration_batch_size must be a positive integer or None, got {self.calibration_batch_size}.")

@@ -45,11 +45,11 @@ class CGRPOTrainer(GRPOTrainer):
     Every prompt of a generation batch is sampled in increments along `args.budget_grid` (2, then 2 more, then 4 more,
     ...), one generation call per increment for all prompts still active. A generation batch spans
     `args.steps_per_generation` optimizer steps, chosen from `args.min_generation_prompts` so that these calls cover
-    many prompts: on small batches a call costs its latency, not its rows. A prompt stops at the first budget whose conformal
-    prediction set over the answers drawn so far is a single answer (score `"aps"`), or, for the execution scores, at
-    the first budget with a passing completion whose score is within the threshold. Thresholds `qhat_k`, one per
-    budget, are fitted with the current policy on `calibration_dataset` before the first optimizer step and every
-    `args.recalibrate_every` steps.
+    many prompts: on small batches a call costs its latency, not its rows. A prompt stops at the first budget whose
+    conformal prediction set over the answers drawn so far is a single answer (score `"aps"`), or, for the execution
+    scores, at the first budget with a passing completion whose score is within the threshold. Thresholds `qhat_k`,
+    one per budget, are fitted with the current policy on `calibration_dataset` before the first optimizer step and
+    every `args.recalibrate_every` steps.
 
     Groups stay `max(budget_grid)` wide for TRL: a prompt that stopped at `k` is padded with one-token (EOS) rows.
     Padded rows never reach the reward functions, get a NaN reward (so TRL's NaN-aware group baseline ignores them and
