@@ -129,6 +129,18 @@ def test_recalibrates_exactly_at_configured_steps_and_logs_every_metric(tiny_mod
     assert trainer.cgrpo_totals["calibration_rollouts"] == 3 * 4 * 8
 
 
+def test_shared_generation_batches_recalibrate_at_the_first_batch_due(tiny_model_dir, tmp_path):
+    # 2 prompts per step and 4 per generation batch: batches start at steps 0, 2 and 4, so a refit due at step 3
+    # waits for step 4, and the budget metrics are logged once per batch, at its first step.
+    trainer = _trainer(tiny_model_dir, tmp_path, min_generation_prompts=4, recalibrate_every=3, max_steps=6)
+    assert trainer.args.steps_per_generation == 2
+    trainer.train()
+    assert [record["step"] for record in trainer.calibration_history] == [0, 4]
+    assert trainer.cgrpo_totals["groups"] == 12 and sum(trainer.budget_histogram.values()) == 12
+    budget_logs = [entry["step"] for entry in trainer.state.log_history if "cgrpo/mean_k" in entry]
+    assert budget_logs == [1, 3, 5]
+
+
 def test_calibrates_once_when_recalibrate_every_is_zero(tiny_model_dir, tmp_path):
     trainer = _trainer(tiny_model_dir, tmp_path, recalibrate_every=0, max_steps=3)
     trainer.train()
