@@ -108,8 +108,7 @@ def random_model(name: str, folder: Path, seed: int) -> str:
     hidden, intermediate, layers, heads = MODELS[name]
     settings = BootstrapSettings(seed=seed, hidden_size=hidden, intermediate_size=intermediate, num_layers=layers,
                                  num_heads=heads)
-    texts = [f"Question: Tom has {i} pens and buys {i % 7} more. How many pens?\nAnswer: #### {i + i % 7}"
-             for i in range(2000)]
+    texts = [f"{question(i)} #### {i + i % 7}" for i in range(2000)]
     tokenizer = train_tokenizer(texts, settings.vocab_size, settings.max_positions)
     model = build_model(tokenizer, settings)
     path = folder / name
@@ -119,10 +118,13 @@ def random_model(name: str, folder: Path, seed: int) -> str:
     return str(path)
 
 
+def question(i: int) -> str:
+    return f"Question: Tom has {i} pens and buys {i % 7} more. How many pens?\nAnswer:"
+
+
 def prompts(count: int, stop_at: list[int], offset: int = 0) -> Dataset:
     return Dataset.from_dict({
-        "prompt": [f"Question: Tom has {i} pens and buys {i % 7} more. How many pens?\nAnswer:"
-                   for i in range(offset, offset + count)],
+        "prompt": [question(i) for i in range(offset, offset + count)],
         "id": list(range(offset, offset + count)),
         "stop_at": stop_at,
     })
@@ -206,6 +208,7 @@ def warm_up(args, model: str) -> None:
 def measure(args, model_name: str, model: str, round_prompts: int, mix: dict[int, float]) -> list[dict]:
     rows = []
     base = {"model": model_name, "round_prompts": round_prompts}
+    calibration_rollouts = args.calibration_prompts * GRID[-1] / args.prompts_per_calibration
     for width in (GRID[0], GRID[-1]):
         generation, update = timed_training(grpo_trainer(args, model, round_prompts, width))
         rows.append({**base, "method": f"GRPO G={width}", "regime": None, "rollouts_per_prompt": width,
@@ -217,7 +220,7 @@ def measure(args, model_name: str, model: str, round_prompts: int, mix: dict[int
         calibration = calibration_seconds(trainer) / args.prompts_per_calibration
         rollouts = trainer.cgrpo_totals["train_rollouts"] / args.prompts
         rows.append({**base, "method": "C-GRPO", "regime": regime, "rollouts_per_prompt": rollouts,
-                     "calibration_rollouts_per_prompt": args.calibration_prompts * GRID[-1] / args.prompts_per_calibration,
+                     "calibration_rollouts_per_prompt": calibration_rollouts,
                      "generation_s": generation / args.prompts, "update_s": update / args.prompts,
                      "calibration_s": calibration})
         print(f"  {model_name} round {round_prompts:>2} C-GRPO {regime:>4}: mean k {rollouts:.1f}")
@@ -227,29 +230,27 @@ def measure(args, model_name: str, model: str, round_prompts: int, mix: dict[int
 def with_ratios(table: pd.DataFrame) -> pd.DataFrame:
     """Total seconds per prompt, and each C-GRPO row's ratio to GRPO at the G its target is stated against."""
     table = table.assign(total_s=table[["generation_s", "update_s", "calibration_s"]].sum(axis=1))
-    grpo = table[table["method"] != "C-GRPO"].set_index(["model", "round_prompts", "method"])["total_s"]
     reference = {"kmin": f"GRPO G={GRID[0]}", "walk": f"GRPO G={GRID[-1]}", "mix": f"GRPO G={GRID[-1]}"}
     table["reference"] = table["regime"].map(reference)
-    table["ratio"] = [
-        row.total_s / grpo[(row.model, row.round_prompts, row.reference)] if isinstance(row.reference, str) else None
-        for row in table.itertuples()
-    ]
-    table["ratio_without_calibration"] = [
-        (row.total_s - row.calibration_s) / grpo[(row.model, row.round_prompts, row.reference)]
-        if isinstance(row.reference, str) else None
-        for row in table.itertuples()
-    ]
+    grpo = table[table["method"] != "C-GRPO"]
+    same_round = grpo.set_index(["model", "round_prompts", "method"])["total_s"]
     # GRPO as TRL runs it by default: one generation per optimizer step, whatever C-GRPO's round.
-    own_schedule = table[table["round_prompts"] == table["round_prompts"].min()]
-    trl_default = own_schedule[own_schedule["method"] != "C-GRPO"].set_index(["model", "method"])["total_s"]
-    table["ratio_vs_grpo_one_step_rounds"] = [
-        row.total_s / trl_default[(row.model, row.reference)] if isinstance(row.reference, str) else None
-        for row in table.itertuples()
-    ]
+    one_step = grpo[grpo["round_prompts"] == grpo["round_prompts"].min()].set_index(["model", "method"])["total_s"]
+    same_round_s = _reference_seconds(table, same_round, ["model", "round_prompts", "reference"])
+    table["ratio"] = table["total_s"] / same_round_s
+    table["ratio_without_calibration"] = (table["total_s"] - table["calibration_s"]) / same_round_s
+    one_step_s = _reference_seconds(table, one_step, ["model", "reference"])
+    table["ratio_vs_grpo_one_step_rounds"] = table["total_s"] / one_step_s
     savings = 1 - (table["rollouts_per_prompt"] + table["calibration_rollouts_per_prompt"]) / GRID[-1]
     # The default-experiment target: time ratio <= 1 - 0.7 x rollout savings with calibration (mix regime).
     table["mix_target"] = (1 - 0.7 * savings).where(table["regime"] == "mix")
     return table
+
+
+def _reference_seconds(table: pd.DataFrame, seconds: pd.Series, keys: list[str]) -> pd.Series:
+    """Each C-GRPO row's GRPO seconds looked up in `seconds` by the row's `keys`; NaN for GRPO rows."""
+    lookup = [seconds.get(tuple(key), float("nan")) for key in table[keys].itertuples(index=False)]
+    return pd.Series(lookup, index=table.index, dtype=float).where(table["reference"].notna())
 
 
 def plot(table: pd.DataFrame, path: Path) -> None:
@@ -258,12 +259,14 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4), squeeze=False)
     for ax, model in zip(axes[0], models):
         for regime, group in cgrpo[cgrpo["model"] == model].groupby("regime"):
-            ax.plot(group["round_prompts"], group["ratio"], marker="o", label=f"{regime} (vs {group['reference'].iloc[0]})")
+            label = f"{regime} (vs {group['reference'].iloc[0]})"
+            ax.plot(group["round_prompts"], group["ratio"], marker="o", label=label)
             ax.plot(group["round_prompts"], group["ratio_without_calibration"], marker="x", linestyle=":",
                     color=ax.lines[-1].get_color(), label=f"{regime}, calibration left out")
         ax.axhline(1.0, color="grey", linewidth=1)
         ax.set_xscale("log", base=2)
-        ax.set_xticks(sorted(cgrpo["round_prompts"].unique()), [str(p) for p in sorted(cgrpo["round_prompts"].unique())])
+        rounds = sorted(cgrpo["round_prompts"].unique())
+        ax.set_xticks(rounds, [str(p) for p in rounds])
         ax.set_xlabel("prompts per generation round")
         ax.set_ylabel("C-GRPO seconds / GRPO seconds per training prompt")
         ax.set_title(f"{model} model")
