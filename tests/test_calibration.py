@@ -136,13 +136,34 @@ def test_fit_thresholds_auto_delta():
 def test_fit_thresholds_split_delta():
     scores = _scores_by_k()
     t = fit_thresholds(scores, delta=None, delta_margin=0.05, split_delta=True)
-    # First half at k=8 is [0.1, ..., 0.5], all solved: delta = clip(0.05) = 0.05.
+    # First half at k=8 is [0.1, ..., 0.5], all solved: 1 - 1 + 0.05 is below what the 5 examples that fit the
+    # thresholds support, so delta = 1 / 6.
     assert t.solve_rate == 1.0
-    assert t.delta == pytest.approx(0.05)
+    assert t.delta == pytest.approx(1 / 6)
     assert t.n_calibration == 5
-    # Second half: rank ceil(6 * 0.95) = 6, clamped to 5 -> largest score.
+    # Second half [0.6, 1, 1, 1, 1]: rank ceil(6 * 5 / 6) = 5 -> 1.0.
     assert t.qhat == {4: 1.0, 8: 1.0}
     assert t.qhat[8] == conformal_quantile(scores[8][5:], t.delta)
+
+
+def test_fit_thresholds_auto_delta_never_goes_below_what_n_supports():
+    scores = {2: [0.1 * i for i in range(1, 10)]}  # n = 9, all solved: 1 - 1 + margin would be 0.05 < 1/10
+    t = fit_thresholds(scores, delta=None, delta_margin=0.05)
+    assert t.delta == pytest.approx(0.1)
+    assert t.qhat[2] == pytest.approx(0.9)  # rank ceil(10 * 0.9) = 9 exists, unlike at 0.05
+
+
+def test_fit_thresholds_warns_when_fixed_delta_is_below_what_n_supports(caplog):
+    # n = 16, delta = 0.05: ceil(17 * 0.95) = 17 > 16, the case that used to return the largest observed score.
+    scores = {2: [0.475 * i / 16 for i in range(1, 17)]}
+    with caplog.at_level("WARNING", logger="cgrpo.calibration"):
+        t = fit_thresholds(scores, delta=0.05)
+    assert t.qhat == {2: 1.0}
+    assert "n=16" in caplog.text and "delta=0.05" in caplog.text and "0.0588" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="cgrpo.calibration"):
+        fit_thresholds(scores, delta=1 / 17)
+    assert caplog.text == ""
 
 
 def test_fit_thresholds_split_delta_odd_count_gives_calibration_the_larger_half():

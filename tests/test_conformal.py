@@ -16,6 +16,7 @@ from cgrpo.conformal import (
     prediction_set,
     resolves_singleton,
     select_delta_auto,
+    smallest_supported_delta,
 )
 
 
@@ -43,7 +44,6 @@ class ScriptedRandom(random.Random):
         (10, 0.1, 10),  # ceil(11 * 0.9) = ceil(9.9) = 10
         (19, 0.05, 19),  # ceil(20 * 0.95) = 19 exactly, not 20 from rounding
         (20, 0.1, 19),  # ceil(21 * 0.9) = ceil(18.9) = 19
-        (4, 0.1, 4),  # ceil(5 * 0.9) = 5, clamped to n = 4
         (4, 0.9, 1),  # ceil(5 * 0.1) = 1
         (3, 0.99, 1),  # ceil(4 * 0.01) = 1
     ],
@@ -54,8 +54,13 @@ def test_conformal_quantile_rank(n, delta, rank):
     assert conformal_quantile(shuffled, delta) == scores[rank - 1]
 
 
-def test_conformal_quantile_clamps_high_rank_to_max():
-    assert conformal_quantile([0.3, 0.1, 0.2], 0.01) == 0.3
+@pytest.mark.parametrize(("n", "delta"), [(4, 0.1), (3, 0.01), (16, 0.05)])
+def test_conformal_quantile_without_a_covering_rank_is_the_largest_possible_score(n, delta):
+    # ceil((n + 1)(1 - delta)) > n: no observed score certifies 1 - delta, so none may stand in for it.
+    scores = [(i + 1) * 0.475 / n for i in range(n)]
+    assert conformal_quantile(scores, delta) == 1.0
+    assert delta < smallest_supported_delta(n)
+    assert conformal_quantile(scores, smallest_supported_delta(n)) == max(scores)
 
 
 def test_conformal_quantile_single_score():

@@ -15,6 +15,7 @@ Three nonconformity scores are supported (see :data:`SCORES`):
 
 from __future__ import annotations
 
+import logging
 import numbers
 import random
 from collections.abc import Mapping, Sequence
@@ -28,7 +29,10 @@ from cgrpo.conformal import (
     pass_rate_score,
     resolves_singleton,
     select_delta_auto,
+    smallest_supported_delta,
 )
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "SCORES",
@@ -201,7 +205,10 @@ def fit_thresholds(
 
     With ``delta=None`` delta is chosen by
     :func:`cgrpo.conformal.select_delta_auto` from the scores at the largest
-    budget. With ``delta=None`` and ``split_delta=True``, delta is chosen on
+    budget, never below the smallest delta the fitted examples support
+    (:func:`cgrpo.conformal.smallest_supported_delta`); a fixed delta below
+    it gives qhat = 1.0 at every budget and logs a warning. With
+    ``delta=None`` and ``split_delta=True``, delta is chosen on
     the first ``n // 2`` examples and the thresholds are fitted on the
     remaining ones, so the data that picked delta does not also set the
     thresholds; ``split_delta`` is ignored when delta is fixed.
@@ -230,11 +237,11 @@ def fit_thresholds(
                 f"split_delta needs at least 2 examples, got {n}; add examples or pass split_delta=False."
             )
         half = n // 2
-        chosen_delta, solve_rate = select_delta_auto(columns[kmax][:half], margin=delta_margin)
         fit_columns = {k: col[half:] for k, col in columns.items()}
+        chosen_delta, solve_rate = _auto_delta(columns[kmax][:half], delta_margin, n - half)
     elif delta is None:
-        chosen_delta, solve_rate = select_delta_auto(columns[kmax], margin=delta_margin)
         fit_columns = columns
+        chosen_delta, solve_rate = _auto_delta(columns[kmax], delta_margin, n)
     else:
         chosen_delta = delta
         solve_rate = sum(1 for s in columns[kmax] if s < 1.0) / n if n else 0.0
@@ -242,12 +249,28 @@ def fit_thresholds(
 
     # conformal_quantile validates delta, including a fixed one passed in.
     qhat = {k: conformal_quantile(col, chosen_delta) for k, col in fit_columns.items()}
+    if delta is not None:
+        _warn_if_unsupported(delta, n)
     return Thresholds(
         delta=float(chosen_delta),
         qhat=qhat,
         solve_rate=float(solve_rate),
         n_calibration=len(fit_columns[kmax]),
     )
+
+
+def _auto_delta(scores_at_kmax: list[float], margin: float, n_fit: int) -> tuple[float, float]:
+    # The automatic delta never goes below what the n_fit examples that set the thresholds can certify.
+    return select_delta_auto(scores_at_kmax, margin=margin, low=max(0.05, smallest_supported_delta(n_fit)))
+
+
+def _warn_if_unsupported(delta: float, n: int) -> None:
+    if delta < smallest_supported_delta(n):
+        logger.warning(
+            "delta=%g is below 1/(n+1)=%.4f for n=%d calibration examples: no threshold certifies it, so every qhat "
+            "is 1.0 and prompts stop only when all answers agree; use delta >= %.4f or more calibration examples.",
+            delta, smallest_supported_delta(n), n, smallest_supported_delta(n),
+        )
 
 
 def should_stop(

@@ -34,6 +34,7 @@ __all__ = [
     "prediction_set",
     "resolves_singleton",
     "select_delta_auto",
+    "smallest_supported_delta",
 ]
 
 Answer = Hashable | None
@@ -72,27 +73,34 @@ def _is_failed(answer: Answer) -> bool:
     return answer is None or (isinstance(answer, str) and answer == "")
 
 
+def smallest_supported_delta(n: int) -> float:
+    """The smallest miscoverage level that ``n`` calibration scores can certify: ``1 / (n + 1)``.
+
+    Below it, ``ceil((n + 1)(1 - delta)) > n``: no order statistic of the scores reaches coverage
+    ``1 - delta``, and :func:`conformal_quantile` returns the largest possible score.
+    """
+    return 1.0 / (n + 1)
+
+
 def conformal_quantile(scores: Sequence[float], delta: float) -> float:
     """Split-conformal threshold: the ceil((n+1)(1-delta))-th smallest score.
 
-    The 1-based rank is clamped to [1, n]; with n scores and an exchangeable
-    test score s, P(s <= result) >= 1 - delta whenever the rank is not
-    clamped from above. Returns 1.0 (the largest possible score of every
-    nonconformity score in this package) when ``scores`` is empty.
+    With n scores and an exchangeable test score s, P(s <= result) >= 1 - delta. When the rank
+    exceeds n (``delta < 1 / (n + 1)``, see :func:`smallest_supported_delta`) no observed score
+    gives that coverage, so the result is 1.0, the largest possible value of every nonconformity
+    score in this package; the same holds for empty ``scores``.
 
     Raises:
-        ValueError: if ``delta`` is not strictly between 0 and 1, or a score
-            is NaN.
+        ValueError: if ``delta`` is not strictly between 0 and 1, or a score is NaN.
     """
     _check_delta(delta)
     arr = np.asarray(list(scores), dtype=float)
     n = arr.size
-    if n == 0:
-        return 1.0
     if np.isnan(arr).any():
         raise ValueError("scores contain NaN; drop or recompute the NaN scores before calibrating.")
-    rank = math.ceil((n + 1) * (1.0 - delta) - _CEIL_EPS)
-    rank = min(max(rank, 1), n)
+    rank = max(math.ceil((n + 1) * (1.0 - delta) - _CEIL_EPS), 1)
+    if rank > n:
+        return 1.0
     return float(np.partition(arr, rank - 1)[rank - 1])
 
 
