@@ -58,8 +58,18 @@ def test_extract_hash_answers(completion, expected):
 
 @pytest.mark.parametrize(
     ("completion", "expected"),
-    [(r"so \boxed{26}", "26"), (r"\boxed{1} \boxed{2}", "2"), (r"\boxed{\frac{1}{2}}", None), (r"\boxed{26", None),
-     ("#### 26", None)],
+    [
+        (r"so \boxed{26}", "26"), (r"\boxed{1} \boxed{2}", "2"), (r"\boxed{\frac{1}{2}}", None), (r"\boxed{26", None),
+        ("#### 26", None),
+        # LaTeX markup around the number (issue #12)
+        (r"\boxed{1{,}234}", "1234"), (r"\boxed{\$12}", "12"), (r"\boxed{12\%}", "12"), (r"\boxed{\text{12}}", "12"),
+        (r"\boxed{\text{1,234}}", "1234"), (r"\boxed{-\$5}", "-5"), (r"\boxed{\textbf{7}}", "7"),
+        (r"\boxed{12\,000}", "12000"), (r"\boxed{\mathrm{3.50}}", "3.5"), (r"\boxed{\mathbf{\$1{,}000}}", "1000"),
+        (r"\boxed{$42$}", "42"), (r"\boxed{90^\circ}", "90"), (r"\boxed{90^{\circ}}", "90"),
+        (r"\boxed{1\!000}", "1000"),
+        (r"\boxed{\text{twelve}}", None), (r"\boxed{\sqrt{2}}", None), (r"\boxed{12\text{ apples}}", None),
+        (r"\boxed{\$}", None), (r"\boxed{x = 5}", None),
+    ],
 )
 def test_extract_boxed_answers(completion, expected):
     assert extract_answer(completion, "boxed") == expected
@@ -68,7 +78,8 @@ def test_extract_boxed_answers(completion, expected):
 @pytest.mark.parametrize(
     ("completion", "hash_ok", "boxed_ok"),
     [("1+2=3 #### 3", True, False), ("#### 3  \n", True, False), ("#### 3\nmore", False, False),
-     ("#### x", False, False), (r"1+2=3 \boxed{3} ", False, True), (r"\boxed{3} and more", False, False)],
+     ("#### x", False, False), (r"1+2=3 \boxed{3} ", False, True), (r"\boxed{3} and more", False, False),
+     (r"\boxed{\text{\$1{,}234}}", False, True), (r"\boxed{\frac{1}{2}}", False, False)],
 )
 def test_format_check(completion, hash_ok, boxed_ok):
     assert is_well_formed(completion, "hash") is hash_ok

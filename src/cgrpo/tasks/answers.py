@@ -14,6 +14,15 @@ _NUMBER = re.compile(r"([+-]?)\$?(\d*)(?:\.(\d+))?")
 # Typeset text and some models write minus as U+2212 (or a figure/en dash) instead of ASCII "-".
 _MINUS_SIGNS = str.maketrans({"\u2212": "-", "\u2012": "-", "\u2013": "-"})
 _BOXED = "\\boxed{"
+# LaTeX markup models put around a number inside \boxed{}, removed in this order before parsing; anything
+# else (\frac, \sqrt, words) is left alone so that it still fails as "not a plain number".
+_LATEX_MARKUP = (
+    (re.compile(r"\{,\}"), ","),  # 1{,}234: braces stop TeX spacing the thousands comma like punctuation
+    (re.compile(r"\\(?:text|textbf|mathrm|mathbf)\{([^{}]*)\}"), r"\1"),  # font wrappers: keep the content
+    (re.compile(r"\\[,!;: ]"), ""),  # thin, negative and other explicit spaces: 12\,000
+    (re.compile(r"\\?[$%]"), ""),  # units, escaped or not, and $...$ math delimiters: \$12, 12\%
+    (re.compile(r"\^\{?\\circ\}?"), ""),  # degrees: 90^\circ, 90^{\circ}
+)
 
 
 def check_answer_format(answer_format: str) -> None:
@@ -45,6 +54,13 @@ def _hash_tail(text: str) -> str | None:
     return None if marker < 0 else text[marker + 4 :]
 
 
+def _strip_latex(text: str) -> str:
+    """``text`` without the number markup of :data:`_LATEX_MARKUP`: ``\\text{1{,}234}\\%`` becomes ``1,234``."""
+    for pattern, replacement in _LATEX_MARKUP:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def _boxed_tail(text: str) -> tuple[str, str] | None:
     """(content, rest) of the last ``\\boxed{...}`` with balanced braces, or None if there is none."""
     start = text.rfind(_BOXED)
@@ -62,12 +78,14 @@ def extract_answer(text: str, answer_format: str = "hash") -> str | None:
     """Normalised number after the last ``####`` (or inside the last ``\\boxed{}``), else None.
 
     With the hash format only the first non-empty line after the marker counts, so
-    ``"#### 26\\nThanks"`` gives ``"26"`` while ``"#### 26 apples"`` gives None.
+    ``"#### 26\\nThanks"`` gives ``"26"`` while ``"#### 26 apples"`` gives None. Boxed content may wrap
+    the number in LaTeX markup (``\\text{}``, ``{,}``, ``\\,``, ``\\$``, ``\\%``, ``^\\circ``; see
+    :data:`_LATEX_MARKUP`), so ``\\boxed{\\$1{,}234}`` gives ``"1234"``; ``\\boxed{\\frac{1}{2}}`` gives None.
     """
     check_answer_format(answer_format)
     if answer_format == "boxed":
         boxed = _boxed_tail(text)
-        return None if boxed is None else normalize_number(boxed[0])
+        return None if boxed is None else normalize_number(_strip_latex(boxed[0]))
     tail = _hash_tail(text)
     if tail is None or not tail.strip():
         return None
@@ -79,7 +97,7 @@ def is_well_formed(text: str, answer_format: str = "hash") -> bool:
     check_answer_format(answer_format)
     if answer_format == "boxed":
         boxed = _boxed_tail(text)
-        return boxed is not None and not boxed[1].strip() and normalize_number(boxed[0]) is not None
+        return boxed is not None and not boxed[1].strip() and normalize_number(_strip_latex(boxed[0])) is not None
     tail = _hash_tail(text)
     return tail is not None and "\n" not in tail.strip() and normalize_number(tail) is not None
 
