@@ -1,12 +1,17 @@
-"""Evaluation on hand-built samples, and generated-versus-kept rollout counting in training."""
+"""Evaluation on hand-built samples, its seed streams, and generated-versus-kept rollout counting in training."""
 
 from __future__ import annotations
 
-import random
+import json
+import math
 
 import pytest
 
+from cgrpo import evaluation
 from cgrpo.evaluation import conformal_metrics, fixed_k_metrics
+from cgrpo.sampling import generate_completions
+from cgrpo.splits import load_split, make_splits
+from cgrpo.tasks import get_task
 
 GRID = [2, 4]
 GOLDS = ["1", "2", "3", "4"]
@@ -33,7 +38,7 @@ def test_fixed_k_metrics_by_hand():
 def test_conformal_metrics_separate_fixed_k_and_post_selection_coverage():
     settings = {"budget_grid": GRID, "deltas": [0.5], "delta_margin": 0.05, "split_delta": False}
     calibration = [["1", "1", "1", "1"], ["2", "2", "2", "2"], ["3", "4", "3", "4"], ["5", "6", "7", "8"]]
-    record = conformal_metrics(ANSWERS, GOLDS, calibration, ["1", "2", "3", "9"], settings, random.Random(0))
+    record = conformal_metrics(ANSWERS, GOLDS, calibration, ["1", "2", "3", "9"], settings, seed=0)
     modes = [entry["delta_mode"] for entry in record["conformal"]]
     assert modes == ["auto", 0.5]
     for entry in record["conformal"]:
@@ -57,3 +62,38 @@ def test_generated_not_kept_rollouts_are_counted(tiny_model_dir, tmp_path):
     assert trainer.cgrpo_totals["train_rollouts"] == 4
     assert trainer.cgrpo_totals["groups"] == 2
     assert trainer.cgrpo_totals["calibration_rollouts"] == 4 * 8
+
+
+def _evaluate_same_prompts(spec, out_path, monkeypatch):
+    """Run evaluate_model with the eval split standing in for calibration too; return each generate_completions call."""
+    calls = []
+
+    def recording(model, tokenizer, prompts, **options):
+        completions = generate_completions(model, tokenizer, prompts, **options)
+        batches = math.ceil(len(prompts) * (1 if options["greedy"] else options["num_samples"]) / options["batch_size"])
+        calls.append({"seeds": range(options["seed"], options["seed"] + batches), "completions": completions})
+        return completions
+
+    monkeypatch.setattr(evaluation, "generate_completions", recording)
+    monkeypatch.setattr(evaluation, "load_split", lambda path, name: load_split(path, "eval"))
+    evaluation.evaluate_model(spec, out_path)
+    record = json.loads(out_path.read_text())
+    del record["eval_wall_s"]
+    return calls, record
+
+
+def test_each_sampling_purpose_and_run_seed_has_its_own_stream(tiny_model_dir, tmp_path, monkeypatch):
+    pool = get_task("arithmetic", num_examples=64, seed=0).load()
+    make_splits(pool, tmp_path / "splits", sizes={"calibration": 4, "eval": 4}, seed=0)
+    spec = {"run": "r", "task": {"name": "arithmetic"}, "model": tiny_model_dir, "splits": str(tmp_path / "splits"),
+            "evaluation": {"budget_grid": [2, 4], "max_new_tokens": 4, "batch_size": 4}}
+    runs = [_evaluate_same_prompts({**spec, "seed": seed}, tmp_path / f"{i}.json", monkeypatch)
+            for i, seed in enumerate([0, 0, 1])]
+    (first, record), (again, record_again), (other_seed, _) = runs
+    # Same spec, same samples and metrics.
+    assert again == first and record_again == record
+    # Calls are greedy, eval, calibration: the same prompts must get independent samples for eval and calibration.
+    assert first[1]["completions"] != first[2]["completions"]
+    # No batch seed (purpose seed + batch index) is shared between purposes or between run seeds 0 and 1.
+    batch_seeds = [seed for call in first + other_seed for seed in call["seeds"]]
+    assert len(set(batch_seeds)) == len(batch_seeds)

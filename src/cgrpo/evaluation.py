@@ -1,11 +1,13 @@
 """Evaluate one model on the eval split: fixed-k accuracy, conformal dynamic k and per-budget coverage.
 
 The conformal thresholds are calibrated on the calibration split with the evaluated model itself, then applied to
-prefixes of the same eval samples that the fixed-k metrics use.
+prefixes of the same eval samples that the fixed-k metrics use. Each random purpose (greedy pass, eval samples,
+calibration samples, APS randomisation) draws from its own stream, seeded by :func:`purpose_seed`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import time
@@ -33,13 +35,13 @@ def evaluate_model(spec: dict[str, Any], out_path: str | Path) -> None:
     calibration_set = task.to_prompt_dataset(load_split(spec["splits"], "calibration"))
     sample = _sampler(model, tokenizer, settings, spec["seed"])
     eval_golds, calibration_golds = list(eval_set["answer"]), list(calibration_set["answer"])
-    greedy = [task.extract(texts[0]) for texts in sample(eval_set["prompt"], greedy=True)]
-    eval_answers = _answers(task, sample(eval_set["prompt"]))
-    calibration_answers = _answers(task, sample(calibration_set["prompt"]))
+    greedy = [task.extract(texts[0]) for texts in sample(eval_set["prompt"], "greedy", greedy=True)]
+    eval_answers = _answers(task, sample(eval_set["prompt"], "eval"))
+    calibration_answers = _answers(task, sample(calibration_set["prompt"], "calibration"))
     record = {"run": spec["run"], "eval_greedy_acc": metrics.greedy_accuracy(greedy, eval_golds)}
     record.update(fixed_k_metrics(eval_answers, eval_golds, settings["budget_grid"]))
     record.update(conformal_metrics(eval_answers, eval_golds, calibration_answers, calibration_golds, settings,
-                                    random.Random(spec["seed"])))
+                                    spec["seed"]))
     record["eval_wall_s"] = time.perf_counter() - start
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_path).write_text(json.dumps(record, indent=1) + "\n")
@@ -57,14 +59,21 @@ def fixed_k_metrics(answers: list[list[str | None]], golds: list[str], grid: lis
     }
 
 
-def conformal_metrics(answers, golds, calibration_answers, calibration_golds, settings, rng: random.Random):
-    """Conformal dynamic k and coverage, for the automatic delta and for each fixed delta of the settings."""
+def conformal_metrics(answers, golds, calibration_answers, calibration_golds, settings, seed: int):
+    """Conformal dynamic k and coverage, for the automatic delta and for each fixed delta of the settings.
+
+    The APS randomisation of calibration scores, eval scores and the dynamic-k stopping rule each use their own
+    generator seeded from `seed`, so each depends only on its own data (calibration scores do not shift with the
+    eval split, say).
+    """
     grid = settings["budget_grid"]
-    calibration = calibration_scores("aps", grid, calibration_answers, calibration_golds, rng)
-    eval_scores = calibration_scores("aps", grid, answers, golds, rng)
+    calibration_rng, eval_rng = _rng(seed, "calibration-aps"), _rng(seed, "eval-aps")
+    calibration = calibration_scores("aps", grid, calibration_answers, calibration_golds, calibration_rng)
+    eval_scores = calibration_scores("aps", grid, answers, golds, eval_rng)
+    stopping_rng = _rng(seed, "dynamic-k-aps")
     conformal, coverage = [], []
     for mode, thresholds in _threshold_sets(calibration, settings).items():
-        summary = metrics.dynamic_k_summary("aps", grid, thresholds.qhat, answers, rng, golds)
+        summary = metrics.dynamic_k_summary("aps", grid, thresholds.qhat, answers, stopping_rng, golds)
         post = metrics.post_selection_coverage(eval_scores, thresholds.qhat, summary["chosen_k"])
         conformal.append({"delta_mode": mode, "delta": thresholds.delta, "n_calibration": thresholds.n_calibration,
                           "qhat": thresholds.qhat, "accuracy": summary["accuracy"], "mean_k": summary["mean_k"],
@@ -73,6 +82,21 @@ def conformal_metrics(answers, golds, calibration_answers, calibration_golds, se
             row = metrics.coverage_at_k(eval_scores[k], thresholds.qhat[k], thresholds.delta, thresholds.n_calibration)
             coverage.append({"delta_mode": mode, "k": k, **row})
     return {"conformal": conformal, "coverage": coverage}
+
+
+def purpose_seed(seed: int, purpose: str) -> int:
+    """A 63-bit seed for one random purpose of run `seed`: the top 63 bits of SHA-256 of "<seed>:<purpose>".
+
+    Plain offsets would collide: `generate_completions` seeds batch i with `seed + i`, so sharing the run seed made
+    sample s of eval and calibration prompt i share their draws, and run seed 0's batch 1 equal seed 1's batch 0.
+    Hashed seeds are spread over 2**63 values, so `seed + i` ranges of different purposes or run seeds do not meet.
+    """
+    digest = hashlib.sha256(f"{seed}:{purpose}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def _rng(seed: int, purpose: str) -> random.Random:
+    return random.Random(purpose_seed(seed, purpose))
 
 
 def _threshold_sets(scores: dict[int, list[float]], settings: dict[str, Any]) -> dict[Any, Thresholds]:
@@ -113,11 +137,11 @@ def _doubling_grid(largest: int) -> list[int]:
 
 
 def _sampler(model, tokenizer, settings: dict[str, Any], seed: int):
-    def sample(prompts, greedy: bool = False) -> list[list[str]]:
+    def sample(prompts, purpose: str, greedy: bool = False) -> list[list[str]]:
         return generate_completions(
             model, tokenizer, list(prompts), num_samples=1 if greedy else max(settings["budget_grid"]),
             temperature=settings["temperature"], max_new_tokens=settings["max_new_tokens"], greedy=greedy,
-            batch_size=settings["batch_size"], seed=seed, progress=True,
+            batch_size=settings["batch_size"], seed=purpose_seed(seed, purpose), progress=True,
         )
 
     return sample
