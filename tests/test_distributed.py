@@ -42,3 +42,14 @@ def test_logged_budget_metrics_count_both_ranks_groups(ranks):
     assert totals[0]["train_rollouts"] == totals[1]["train_rollouts"] == sum(all_ks)
     # The verifier passes exactly the even prompts, which stop at the first budget; the others use all 8.
     assert set(all_ks) <= {2, 8}
+
+
+def test_lockstep_rows_are_counted_for_all_ranks(ranks):
+    training = 0
+    for step in zip(ranks[0]["local_ks"], ranks[1]["local_ks"]):
+        for drawn, budget in [(2, 4), (4, 8)]:
+            active = [sum(1 for k in ks if k > drawn) for ks in step]
+            training += (2 * max(active) - sum(active)) * (budget - drawn)
+    # Two calibrations of 5 prompts in calls of 2 per rank: rank 0's fifth prompt is sampled while rank 1 idles.
+    calibration = 2 * 8
+    assert ranks[0]["totals"]["lockstep_rollouts"] == ranks[1]["totals"]["lockstep_rollouts"] == training + calibration

@@ -20,6 +20,22 @@ def _gradient(loss_fn, trainer, inputs) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
 
 
+def _window_gradient(trainer, micro_batches: list[dict]) -> torch.Tensor:
+    """C-GRPO's gradient accumulated over one optimizer step made of `micro_batches`, one generation batch."""
+    trainer.args.steps_per_generation = trainer.current_gradient_accumulation_steps = len(micro_batches)
+    trainer._buffered_inputs = micro_batches
+    trainer.model.zero_grad()
+    for step, inputs in enumerate(micro_batches):
+        trainer._step = step
+        trainer.compute_loss(trainer.model, inputs).backward()
+    trainer.args.steps_per_generation = trainer.current_gradient_accumulation_steps = 1
+    return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+
+
+def _trl_only(batch: dict) -> dict:
+    return {k: v for k, v in batch.items() if k not in ("num_real_rows", "filler_rows")}
+
+
 def _with_fillers(batch: dict, fillers: int) -> dict:
     """The batch plus masked filler rows, as `_drop_padded_rows` leaves them for equal micro-batches."""
     rows = batch["advantages"].size(0)
@@ -27,7 +43,15 @@ def _with_fillers(batch: dict, fillers: int) -> dict:
     padded = {k: v[index] if torch.is_tensor(v) and v.dim() > 0 and v.size(0) == rows else v for k, v in batch.items()}
     padded["completion_mask"][rows:] = 0
     padded["advantages"][rows:] = 0
+    padded["filler_rows"] = torch.arange(rows + fillers) >= rows
     return padded
+
+
+def _fillers_only(batch: dict) -> dict:
+    """A micro-batch as wide as `batch` made only of masked filler rows."""
+    empty = _with_fillers(batch, fillers=batch["advantages"].size(0))
+    half = batch["advantages"].size(0)
+    return {k: v[half:] if torch.is_tensor(v) and v.dim() > 0 and v.size(0) == 2 * half else v for k, v in empty.items()}
 
 
 @pytest.fixture(scope="module", params=[0.0, 0.04], ids=["beta0", "beta0.04"])
@@ -37,6 +61,7 @@ def scored(request, tiny_model_dir, tmp_path_factory):
     trainer.current_gradient_accumulation_steps = 1
     batch = _score_batch(trainer, prompts=3)
     assert batch["advantages"].abs().sum() > 0  # a batch without signal would make every gradient equal
+    assert not batch["filler_rows"].any()
     return trainer, batch
 
 
@@ -44,16 +69,46 @@ def scored(request, tiny_model_dir, tmp_path_factory):
 def test_padding_gradient_equals_unpadded_gradient(scored, loss_type):
     trainer, batch = scored
     trainer.loss_type = loss_type
-    real_only = {k: v for k, v in batch.items() if k != "num_real_rows"}
     padded = _with_fillers(batch, fillers=2)
-    reference = _gradient(lambda m, x: GRPOTrainer.compute_loss(trainer, m, x), trainer, real_only)
-    ours = _gradient(trainer.compute_loss, trainer, padded)
+    reference = _gradient(lambda m, x: GRPOTrainer.compute_loss(trainer, m, x), trainer, _trl_only(batch))
+    ours = _window_gradient(trainer, [padded])
     torch.testing.assert_close(ours, reference, rtol=0, atol=1e-6)
     if loss_type in PER_ROW_LOSSES:
         # Without the reweighting, TRL's row-normalised losses shrink by real rows / all rows.
-        plain = _gradient(lambda m, x: GRPOTrainer.compute_loss(trainer, m, x), trainer,
-                          {k: v for k, v in padded.items() if k != "num_real_rows"})
+        plain = _gradient(lambda m, x: GRPOTrainer.compute_loss(trainer, m, x), trainer, _trl_only(padded))
         torch.testing.assert_close(plain, reference * 6 / 8, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("entropy_coef", [0.0, 0.1], ids=["no-entropy", "entropy0.1"])
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
+def test_a_micro_batch_of_fillers_only_leaves_the_gradient_unchanged(scored, loss_type, entropy_coef):
+    # The window [real rows, fillers only] must update like the real micro-batch alone: TRL would average bnpo's and
+    # the entropy bonus's micro-batch means over both, halving them.
+    trainer, batch = scored
+    if entropy_coef and not hasattr(trainer, "_entropy_bonus_enabled"):
+        pytest.skip("this TRL has no entropy bonus")
+    trainer.loss_type = loss_type
+    if entropy_coef:
+        trainer.entropy_coef, trainer._entropy_bonus_enabled = entropy_coef, True
+    try:
+        alone = _window_gradient(trainer, [batch])
+        window = _window_gradient(trainer, [batch, _fillers_only(batch)])
+        trl_window = _trl_window_gradient(trainer, [batch, _fillers_only(batch)])
+    finally:
+        trainer.entropy_coef, trainer._entropy_bonus_enabled = 0.0, False
+    torch.testing.assert_close(window, alone, rtol=0, atol=1e-6)
+    if loss_type == "bnpo" or entropy_coef:
+        assert not torch.allclose(trl_window, alone, rtol=0, atol=1e-6)
+
+
+def _trl_window_gradient(trainer, micro_batches: list[dict]) -> torch.Tensor:
+    """TRL's own gradient over the same window, for contrast."""
+    trainer.args.steps_per_generation = trainer.current_gradient_accumulation_steps = len(micro_batches)
+    trainer.model.zero_grad()
+    for inputs in micro_batches:
+        GRPOTrainer.compute_loss(trainer, trainer.model, _trl_only(inputs)).backward()
+    trainer.args.steps_per_generation = trainer.current_gradient_accumulation_steps = 1
+    return torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
 
 
 def _record_scored_shapes(monkeypatch) -> list[tuple[int, int]]:
@@ -83,10 +138,9 @@ def _with_trailing_columns(batch: dict, columns: int) -> dict:
 def test_unused_completion_columns_are_cut_and_leave_the_gradient_unchanged(scored, loss_type, monkeypatch):
     trainer, batch = scored
     trainer.loss_type = loss_type
-    real_only = {k: v for k, v in batch.items() if k != "num_real_rows"}
-    reference = _gradient(lambda m, x: GRPOTrainer.compute_loss(trainer, m, x), trainer, real_only)
+    reference = _gradient(lambda m, x: GRPOTrainer.compute_loss(trainer, m, x), trainer, _trl_only(batch))
     scored = _record_scored_shapes(monkeypatch)
-    ours = _gradient(trainer.compute_loss, trainer, _with_trailing_columns(batch, 5))
+    ours = _window_gradient(trainer, [_with_trailing_columns(batch, 5)])
     torch.testing.assert_close(ours, reference, rtol=0, atol=1e-6)
     assert [width for _, width in scored] == [batch["prompt_ids"].size(1) + batch["completion_ids"].size(1)]
 

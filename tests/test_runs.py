@@ -1,12 +1,31 @@
-"""cgrpo.runs.reuse_compute_matched: the copy that stands in for a compute-matched run equal to a fixed-G run."""
+"""cgrpo.runs: the cost record of a run, and the copy that stands in for a compute-matched run equal to a fixed-G run."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
-from cgrpo.runs import reuse_compute_matched
+from cgrpo.calibration import Thresholds
+from cgrpo.runs import _run_record, reuse_compute_matched
+from cgrpo.timing import GenerationCounter
+
+
+def test_cgrpo_costs_count_the_lockstep_rows_and_report_them_apart():
+    # 10 groups of width 8 sampled 40 real rows; keeping two processes in lockstep generated 6 throwaway rows.
+    totals = {"train_rollouts": 40, "train_tokens": 400, "groups": 10, "lockstep_rollouts": 6}
+    trainer = SimpleNamespace(cgrpo_totals=totals, calibration_history=[], budget_histogram=Counter({2: 8, 8: 3}),
+                              args=SimpleNamespace(num_generations=8, steps_per_generation=1),
+                              state=SimpleNamespace(global_step=5))
+    thresholds = Thresholds(delta=0.2, qhat={2: 1.0, 8: 0.9}, solve_rate=0.8, n_calibration=4)
+    initial = {"thresholds": thresholds, "rollouts": 32, "tokens": 320, "wall_s": 1.0}
+    spec = {"run": "cgrpo_s0_g2-8_dauto_r0", "method": "cgrpo", "seed": 0, "budget_grid": [2, 8]}
+    record = _run_record(spec, trainer, GenerationCounter(), wall=3.0, initial=initial)
+    assert record["train_rollouts_generated"] == 46 and record["lockstep_rollouts_generated"] == 6
+    assert record["train_rollout_savings"] == pytest.approx(1 - 46 / 80)
+    assert record["train_rollout_savings_with_calibration"] == pytest.approx(1 - (46 + 32) / 80)
 
 
 def _fixed_run(root, name="grpo_s1_G32", **overrides):

@@ -123,10 +123,14 @@ def test_recalibrates_exactly_at_configured_steps_and_logs_every_metric(tiny_mod
     assert [record["step"] for record in trainer.calibration_history] == [0, 2, 4]
     logged = set().union(*(entry.keys() for entry in trainer.state.log_history))
     expected = {"cgrpo/mean_k", "cgrpo/rollout_savings", "cgrpo/delta", "cgrpo/calibration_solve_rate",
-                "cgrpo/calibration_rollouts", *(f"cgrpo/qhat_{k}" for k in GRID)}
+                "cgrpo/calibration_rollouts", "cgrpo/calibration_rollouts_total", *(f"cgrpo/qhat_{k}" for k in GRID)}
     assert expected <= logged
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     assert trainer.cgrpo_totals["calibration_rollouts"] == 3 * 4 * 8
+    # Each calibration's own cost (4 prompts x 8) at the step it ran; the running total under its own name.
+    steps = [entry for entry in trainer.state.log_history if "cgrpo/mean_k" in entry]
+    assert [entry.get("cgrpo/calibration_rollouts") for entry in steps] == [32, None, 32, None, 32]
+    assert [entry["cgrpo/calibration_rollouts_total"] for entry in steps] == [32, 32, 64, 64, 96]
 
 
 def test_shared_generation_batches_recalibrate_at_the_first_batch_due(tiny_model_dir, tmp_path):
@@ -162,7 +166,9 @@ def test_same_seed_same_training_metrics(tiny_model_dir, tmp_path):
         ({"budget_grid": [4, 4]}, "repeat"),
         ({"budget_grid": [0, 2]}, "positive integers"),
         ({"budget_grid": []}, "non-empty"),
-        ({"budget_grid": [1]}, "at least 2"),
+        ({"budget_grid": [1]}, "contains 1"),
+        ({"budget_grid": [1, 2, 4]}, "advantage is always zero"),
+        ({"steps_per_generation": 3, "gradient_accumulation_steps": 2}, "multiple of gradient_accumulation_steps"),
         ({"num_generations": 16}, "must equal max"),
         ({"conformal_delta": 1.5}, "conformal_delta"),
         ({"delta": 0.1}, "conformal_delta"),
@@ -179,6 +185,13 @@ def test_same_seed_same_training_metrics(tiny_model_dir, tmp_path):
 def test_invalid_config_values_raise(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         _config(tmp_path, **overrides)
+
+
+def test_fixed_delta_that_the_calibration_set_cannot_certify_raises_before_training(tiny_model_dir, tmp_path):
+    # 4 calibration examples certify delta >= 1/5.
+    with pytest.raises(ValueError, match=r"conformal_delta=0.1 is below 1/\(n\+1\) = 0.2000 for the n = 4"):
+        _trainer(tiny_model_dir, tmp_path, conformal_delta=0.1)
+    assert _trainer(tiny_model_dir, tmp_path, conformal_delta=0.2).args.conformal_delta == 0.2
 
 
 def test_config_defaults(tmp_path):
@@ -250,9 +263,13 @@ def test_initial_thresholds_replace_the_first_calibration(tiny_model_dir, tmp_pa
     given = Thresholds(delta=0.2, qhat={2: 0.5, 4: 0.5, 8: 0.5}, solve_rate=0.9, n_calibration=4)
     trainer = CGRPOTrainer(model=tiny_model_dir, reward_funcs=_length_reward, args=_config(tmp_path, recalibrate_every=2,
                            max_steps=3), train_dataset=_data(32), calibration_dataset=_data(4, offset=100),
-                           answer_extractor=lambda text: "1", initial_thresholds=given)
+                           answer_extractor=lambda text: "1", initial_thresholds=given, initial_calibration_rollouts=40)
     trainer.train()
     assert [record["step"] for record in trainer.calibration_history] == [2]
+    # The caller's calibration is logged at the first step, like one run by the trainer.
+    steps = [entry for entry in trainer.state.log_history if "cgrpo/mean_k" in entry]
+    assert [entry.get("cgrpo/calibration_rollouts") for entry in steps] == [40, None, 32]
+    assert [entry["cgrpo/calibration_rollouts_total"] for entry in steps] == [40, 40, 72]
     with pytest.raises(ValueError, match="same grid"):
         CGRPOTrainer(model=tiny_model_dir, reward_funcs=_length_reward, args=_config(tmp_path), train_dataset=_data(8),
                      calibration_dataset=_data(2), answer_extractor=str,

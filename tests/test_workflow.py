@@ -125,6 +125,10 @@ def _set(config: dict, dotted: str, value) -> None:
         ("cgrpo.budget_grids", [[2, 8, 4]], "cgrpo.budget_grids[0]"),
         ("cgrpo.budget_grids", [[2, 4.5, 8]], "['cgrpo']['budget_grids'][0][1]"),
         ("cgrpo.budget_grids", [[2, 4.0, 8]], "cgrpo.budget_grids[0]"),
+        ("cgrpo.budget_grids", [[1, 2, 4]], "advantage is always zero"),
+        # smoke.yaml calibrates on 8 examples: 1/(8+1) = 0.111 is the smallest delta they certify.
+        ("cgrpo.deltas", ["auto", 0.1], "cgrpo.deltas has 0.1, below 1/(n+1) = 0.1111"),
+        ("evaluation.deltas", [0.05], "evaluation.deltas has 0.05, below 1/(n+1) = 0.1111"),
         ("cgrpo.deltas", ["auto", 1.5], "['cgrpo']['deltas'][1]"),
         ("evaluation.deltas", [0.0], "['evaluation']['deltas'][0]"),
         ("grpo.num_generations", [1], "['grpo']['num_generations'][0]"),

@@ -132,6 +132,12 @@ class CGRPOConfig(GRPOConfig):
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = self._steps_per_generation_for(self.min_generation_prompts)
         super().__post_init__()
+        if self.steps_per_generation % self.gradient_accumulation_steps:
+            raise ValueError(
+                f"steps_per_generation ({self.steps_per_generation}) must be a multiple of gradient_accumulation_steps "
+                f"({self.gradient_accumulation_steps}), so that each optimizer step's micro-batches come from one "
+                "generation batch; change one of them."
+            )
         if (self.per_device_train_batch_size * self.steps_per_generation) % self.max_budget:
             raise ValueError(
                 f"per_device_train_batch_size * steps_per_generation ({self.per_device_train_batch_size} * "
@@ -160,6 +166,11 @@ class CGRPOConfig(GRPOConfig):
         grid = list(self.budget_grid)
         if not grid or any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in grid):
             raise ValueError(f"budget_grid must be a non-empty list of positive integers, got {self.budget_grid!r}.")
+        if 1 in grid:
+            raise ValueError(
+                f"budget_grid {self.budget_grid!r} contains 1: a prompt stopped at one completion forms a group of one "
+                "row, whose advantage is always zero; start the grid at 2 or more."
+            )
         if len(set(grid)) != len(grid):
             raise ValueError(f"budget_grid must not repeat a budget, got {self.budget_grid!r}; list each one once.")
         self.budget_grid = sorted(grid)

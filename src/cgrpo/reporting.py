@@ -77,7 +77,7 @@ PAIRED_METRICS = {
 _RUN_FIELDS = [
     "num_generations", "budget_grid", "delta", "recalibrate_every", "compute_matched", "steps", "groups",
     "train_mean_k", "train_rollout_savings", "train_rollout_savings_with_calibration",
-    "train_rollouts_generated", "calibration_rollouts_generated", "rollouts_per_prompt",
+    "train_rollouts_generated", "lockstep_rollouts_generated", "calibration_rollouts_generated", "rollouts_per_prompt",
     "train_tokens_generated", "calibration_tokens_generated",
     "train_wall_s", "generation_wall_s", "update_wall_s", "calibration_wall_s", "total_wall_s",
     "reference_budget", "steps_per_generation",

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from .calibration import Thresholds, fit_thresholds
+from .calibration import fit_thresholds
 from .config import CGRPOConfig
 from .splits import load_split
 from .tasks import get_task
@@ -37,7 +37,7 @@ def calibrate_initial(spec: dict[str, Any], out_dir: str | Path) -> None:
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    trainer = _cgrpo_trainer(spec, out_dir / "trainer", delta="auto", initial_thresholds=None)
+    trainer = _cgrpo_trainer(spec, out_dir / "trainer", delta="auto", initial=None)
     trainer.model.train()
     # Timed like a calibration inside training: loading the model is this rule's overhead, not calibration cost.
     start = time.perf_counter()
@@ -67,7 +67,7 @@ def train_run(spec: dict[str, Any], out_dir: str | Path) -> None:
         raise ValueError(f"method must be 'cgrpo' or 'grpo', got {method!r}.")
     initial = _initial_calibration(spec) if method == "cgrpo" else None
     trainer = (
-        _cgrpo_trainer(spec, out_dir / "checkpoints", spec.get("delta", "auto"), initial and initial["thresholds"])
+        _cgrpo_trainer(spec, out_dir / "checkpoints", spec.get("delta", "auto"), initial)
         if method == "cgrpo"
         else _grpo_trainer(spec, out_dir / "checkpoints")
     )
@@ -128,7 +128,8 @@ def _peft_config(spec: dict[str, Any]):
     return LoraConfig(task_type="CAUSAL_LM", **spec["peft"])
 
 
-def _cgrpo_trainer(spec: dict[str, Any], output_dir: Path, delta, initial_thresholds: Thresholds | None):
+def _cgrpo_trainer(spec: dict[str, Any], output_dir: Path, delta, initial: dict[str, Any] | None):
+    """A C-GRPO trainer; `initial` is the record of `_initial_calibration` when the thresholds are fitted already."""
     from .trainer import CGRPOTrainer
 
     torch.manual_seed(spec["seed"])
@@ -144,7 +145,8 @@ def _cgrpo_trainer(spec: dict[str, Any], output_dir: Path, delta, initial_thresh
     return CGRPOTrainer(
         model=spec["model"], reward_funcs=task.reward_funcs, args=args, train_dataset=train,
         calibration_dataset=calibration, answer_extractor=task.extract, verifier=task.verifier,
-        initial_thresholds=initial_thresholds, peft_config=_peft_config(spec),
+        initial_thresholds=initial and initial["thresholds"],
+        initial_calibration_rollouts=initial["rollouts"] if initial else 0, peft_config=_peft_config(spec),
     )
 
 
@@ -185,11 +187,14 @@ def _run_record(spec, trainer, counter: GenerationCounter, wall: float, initial:
     reference = int(spec.get("reference_budget") or width)
     if cgrpo:
         totals = trainer.cgrpo_totals
-        rollouts, tokens, groups = int(totals["train_rollouts"]), int(totals["train_tokens"]), int(totals["groups"])
+        # Throwaway rows that keep processes in lockstep are generated compute too.
+        lockstep = int(totals["lockstep_rollouts"])
+        rollouts = int(totals["train_rollouts"]) + lockstep
+        tokens, groups = int(totals["train_tokens"]), int(totals["groups"])
         calibrations = [_initial_record(initial), *trainer.calibration_history]
     else:
         rollouts, tokens, groups = counter.rollouts, counter.tokens, counter.rollouts // width
-        calibrations = []
+        calibrations, lockstep = [], 0
     calibration_rollouts = sum(c["rollouts"] for c in calibrations)
     calibration_wall = sum(c["wall_s"] for c in calibrations)
     in_run_calibration = sum(c["wall_s"] for c in calibrations[1:])
@@ -204,7 +209,7 @@ def _run_record(spec, trainer, counter: GenerationCounter, wall: float, initial:
         "reference_budget": reference, "steps": trainer.state.global_step, "groups": groups,
         "steps_per_generation": trainer.args.steps_per_generation,
         "train_budget_histogram": _budget_histogram(trainer) if cgrpo else {str(width): groups},
-        "train_rollouts_generated": rollouts, "train_tokens_generated": tokens,
+        "train_rollouts_generated": rollouts, "lockstep_rollouts_generated": lockstep, "train_tokens_generated": tokens,
         "calibration_rollouts_generated": calibration_rollouts,
         "calibration_tokens_generated": sum(c["tokens"] for c in calibrations),
         "train_mean_k": rollouts / groups,

@@ -18,6 +18,7 @@ from trl import GRPOTrainer
 
 from .calibration import Thresholds, calibration_scores, fit_thresholds, should_stop
 from .config import TOKEN_NORMALIZED_LOSSES, CGRPOConfig
+from .conformal import smallest_supported_delta
 from .padding import drop_padded_from_logs, keep_rows, log_length_stats, real_rows_only
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,9 @@ class CGRPOTrainer(GRPOTrainer):
         initial_thresholds (`Thresholds`, *optional*):
             Thresholds already fitted for the initial policy (one per budget of the grid); they replace the
             calibration before the first step, whose cost the caller then accounts for.
+        initial_calibration_rollouts (`int`, *optional*, defaults to `0`):
+            Rollouts generated to fit `initial_thresholds`, logged as `cgrpo/calibration_rollouts` at the first step
+            and counted in `cgrpo/calibration_rollouts_total`.
         **kwargs:
             Further [`~trl.GRPOTrainer`] arguments. `tools`, `rollout_func` and `environment_factory` are not
             supported.
@@ -85,7 +89,8 @@ class CGRPOTrainer(GRPOTrainer):
         thresholds (`Thresholds | None`): the thresholds in force.
         calibration_history (`list[dict]`): one record per calibration (step, delta, qhat, solve rate, cost).
         cgrpo_totals (`dict[str, float]`): generated rollouts and tokens in training and calibration (all processes),
-            groups sampled, throwaway lockstep rollouts, and seconds spent in training generation and calibration.
+            groups sampled, throwaway lockstep rollouts (all processes, training and calibration calls), and seconds
+            spent in training generation and calibration.
         budget_histogram (`collections.Counter[int]`): training groups (all processes) per budget they stopped at.
     """
 
@@ -108,12 +113,14 @@ class CGRPOTrainer(GRPOTrainer):
         answer_extractor: AnswerExtractor | None = None,
         verifier: Verifier | None = None,
         initial_thresholds: Thresholds | None = None,
+        initial_calibration_rollouts: int = 0,
         **kwargs,
     ):
         if not isinstance(args, CGRPOConfig):
             raise TypeError("CGRPOTrainer needs args=CGRPOConfig(...), which carries the budget grid and conformal options.")
         _check_supported(kwargs)
         self._calibration_examples = _calibration_examples(calibration_dataset, args)
+        _check_delta_supported(args, len(self._calibration_examples))
         _check_scoring(args, answer_extractor, verifier)
         self.answer_extractor = answer_extractor
         self.verifier = verifier
@@ -124,6 +131,10 @@ class CGRPOTrainer(GRPOTrainer):
              "calibration_tokens", "generation_s", "calibration_s"], 0.0
         )
         self.budget_histogram: Counter[int] = Counter()
+        self._lockstep_before_batch = 0.0
+        # Rollouts of the latest calibration, logged once, at the first step it serves.
+        self._unlogged_calibration_rollouts = None if initial_thresholds is None else initial_calibration_rollouts
+        self._initial_calibration_rollouts = initial_calibration_rollouts
         self._pad_mask: list[bool] | None = None
         self._batch_examples: list[dict[str, Any]] = []
         # Thresholds fitted beforehand (say by a pipeline step) stand in for the calibration before the first step.
@@ -221,28 +232,43 @@ class CGRPOTrainer(GRPOTrainer):
         aux_loss = None if aux_losses[0] is None else torch.stack(aux_losses).mean()
         return logps, entropies, aux_loss
 
-    # Why: two things TRL's loss does not know about C-GRPO's batches. (1) A generation batch spanning several steps is
-    # padded to its longest completion, so each step's micro-batch carries trailing columns that no row of it uses;
+    # Why: three things TRL's loss does not know about C-GRPO's batches. (1) A generation batch spanning several steps
+    # is padded to its longest completion, so each step's micro-batch carries trailing columns that no row of it uses;
     # they are cut, which changes no loss term (completions are right-padded, the model is causal, and no loss type
     # divides by the tensor width). (2) TRL's per-row loss normalisations (grpo, sapo, luspo, dr_grpo) divide by the
     # rows of a micro-batch, so the masked filler rows that keep micro-batches equal across processes would shrink
-    # them. Scaling the advantages and the KL coefficient by rows / (expected real rows) restores the mean over real
-    # rows exactly: both loss terms are linear in these factors, fillers are fully masked, and the token-normalised
-    # entropy bonus is left untouched.
+    # them: scaling the advantages and the KL coefficient by rows / (expected real rows) restores the mean over real
+    # rows exactly (both loss terms are linear in these factors, and fillers are fully masked). (3) bnpo and the
+    # entropy bonus average micro-batch means over the accumulation window and the processes, so a micro-batch made
+    # only of fillers would count as one more mean: the accumulation steps TRL divides by are lowered to the
+    # micro-batches holding real rows, and the other loss terms are scaled back by the same factor.
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         inputs = _trim_completion_columns(inputs)
-        real_rows = inputs.get("num_real_rows")
-        if real_rows is None or self.loss_type in TOKEN_NORMALIZED_LOSSES:
+        if "filler_rows" not in inputs:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        inputs = {key: value for key, value in inputs.items() if key != "filler_rows"}
         rows = inputs["advantages"].size(0) * self.accelerator.num_processes * self.args.steps_per_generation
-        weight = rows / real_rows.item()
-        beta = self.beta
-        self.beta = beta * weight
+        row_weight = 1.0 if self.loss_type in TOKEN_NORMALIZED_LOSSES else rows / inputs["num_real_rows"].item()
+        window = self._real_micro_batch_share()
+        scale = 1.0 if self.loss_type == "bnpo" else row_weight * window
+        accumulation, beta = self.current_gradient_accumulation_steps, self.beta
+        self.current_gradient_accumulation_steps = accumulation * window
+        self.beta = beta * scale
         try:
-            scaled = {**inputs, "advantages": inputs["advantages"] * weight}
+            scaled = {**inputs, "advantages": inputs["advantages"] * scale}
             return super().compute_loss(model, scaled, return_outputs, num_items_in_batch)
         finally:
-            self.beta = beta
+            self.current_gradient_accumulation_steps, self.beta = accumulation, beta
+
+    def _real_micro_batch_share(self) -> float:
+        """Share of this accumulation window's micro-batches, over all processes, that hold a real row (1.0 if none)."""
+        accumulation = self.current_gradient_accumulation_steps
+        index = self._step % self.args.steps_per_generation
+        window = self._buffered_inputs[index - index % accumulation : index - index % accumulation + accumulation]
+        local = sum(int((~chunk["filler_rows"]).any().item()) for chunk in window)
+        device = self.accelerator.device
+        real = self.accelerator.gather(torch.tensor([local], device=device)).sum().item()
+        return real / (accumulation * self.accelerator.num_processes) if real else 1.0
 
     # ------------------------------------------------------------------ calibration
     def calibrate(self) -> Thresholds:
@@ -290,6 +316,7 @@ class CGRPOTrainer(GRPOTrainer):
     def _record_calibration(self, rollouts: int, tokens: int, seconds: float) -> None:
         self._last_calibration_step = self.state.global_step
         self.cgrpo_totals["calibration_rollouts"] += rollouts
+        self._unlogged_calibration_rollouts = rollouts
         self.cgrpo_totals["calibration_tokens"] += tokens
         self.cgrpo_totals["calibration_s"] += seconds
         record = {"step": self.state.global_step, **self.thresholds.to_dict(), "rollouts": rollouts,
@@ -301,6 +328,7 @@ class CGRPOTrainer(GRPOTrainer):
     def _generate_with_budgets(self, prompts: list):
         width, grid = self.args.max_budget, self.args.budget_grid
         group_prompts, examples = prompts[::width], self._batch_examples[::width]
+        self._lockstep_before_batch = self.cgrpo_totals["lockstep_rollouts"]
         rows: list[list[tuple]] = [[] for _ in group_prompts]
         outcomes: list[list] = [[] for _ in group_prompts]
         active, drawn = list(range(len(group_prompts))), 0
@@ -330,8 +358,9 @@ class CGRPOTrainer(GRPOTrainer):
         call (completion statistics, token count) is undone: C-GRPO logs the real rows itself.
         """
         rows = len(prompts)
-        most = int(self.accelerator.gather(torch.tensor([rows], device=self.accelerator.device)).max().item())
-        self.cgrpo_totals["lockstep_rollouts"] += most - rows
+        counts = self.accelerator.gather(torch.tensor([rows], device=self.accelerator.device))
+        most = int(counts.max().item())
+        self.cgrpo_totals["lockstep_rollouts"] += most * len(counts) - int(counts.sum().item())
         metrics = self._metrics["train"]
         saved = {key: list(values) for key, values in metrics.items()}
         tokens_seen, width = self.state.num_input_tokens_seen, self.num_generations
@@ -402,6 +431,7 @@ class CGRPOTrainer(GRPOTrainer):
         needed = math.ceil(real_counts.max().item() / split) * split
         kept = keep_rows(output, torch.cat([real, pads[: needed - len(real)]]).to(device), len(padded))
         kept["completion_mask"][len(real) :] = 0
+        kept["filler_rows"] = torch.arange(needed, device=device) >= len(real)
         kept["num_items_in_batch"] = self.accelerator.gather(kept["completion_mask"].sum()).sum()
         kept["num_real_rows"] = real_counts.sum()
         return kept
@@ -423,12 +453,20 @@ class CGRPOTrainer(GRPOTrainer):
         metrics["num_tokens"] = [self.state.num_input_tokens_seen]
         log_length_stats(metrics, lengths, truncated)
         metrics["cgrpo/mean_k"].append(ks.mean().item())
-        metrics["cgrpo/rollout_savings"].append(1.0 - ks.sum().item() / (len(ks) * width))
-        metrics["cgrpo/rollouts_generated"].append(ks.sum().item())
+        # Throwaway rows that kept the processes in lockstep were generated too.
+        lockstep = self.cgrpo_totals["lockstep_rollouts"] - self._lockstep_before_batch
+        metrics["cgrpo/rollout_savings"].append(1.0 - (ks.sum().item() + lockstep) / (len(ks) * width))
+        metrics["cgrpo/rollouts_generated"].append(ks.sum().item() + lockstep)
+        metrics["cgrpo/lockstep_rollouts"].append(lockstep)
         metrics["cgrpo/tokens_generated"].append(lengths.sum().item())
         metrics["cgrpo/delta"].append(self.thresholds.delta)
         metrics["cgrpo/calibration_solve_rate"].append(self.thresholds.solve_rate)
-        metrics["cgrpo/calibration_rollouts"].append(self.cgrpo_totals["calibration_rollouts"])
+        if self._unlogged_calibration_rollouts is not None:
+            metrics["cgrpo/calibration_rollouts"].append(self._unlogged_calibration_rollouts)
+            self._unlogged_calibration_rollouts = None
+        metrics["cgrpo/calibration_rollouts_total"].append(
+            self._initial_calibration_rollouts + self.cgrpo_totals["calibration_rollouts"]
+        )
         for k, qhat in self.thresholds.qhat.items():
             metrics[f"cgrpo/qhat_{k}"].append(qhat)
 
@@ -469,6 +507,15 @@ def _calibration_examples(dataset: Dataset, args: CGRPOConfig) -> list[dict[str,
     if size > len(dataset):
         raise ValueError(f"num_calibration_samples ({size}) exceeds the calibration set ({len(dataset)} examples); lower it or pass more examples.")
     return [dict(row) for row in dataset.select(range(size))]
+
+
+def _check_delta_supported(args: CGRPOConfig, n: int) -> None:
+    if args.conformal_delta is not None and args.conformal_delta < smallest_supported_delta(n):
+        raise ValueError(
+            f"conformal_delta={args.conformal_delta} is below 1/(n+1) = {smallest_supported_delta(n):.4f} for the "
+            f"n = {n} calibration examples, so no threshold could certify it; raise conformal_delta or calibrate on "
+            "more examples."
+        )
 
 
 def _check_scoring(args: CGRPOConfig, answer_extractor, verifier) -> None:

@@ -20,11 +20,12 @@ def check_config(config):
                 f"config key cgrpo.budget_grids[{index}] = {grid} must be a strictly "
                 "increasing list of integers, e.g. [2, 4, 8, 16, 32]."
             )
-        if grid[-1] < 2:
+        if grid[0] < 2:
             raise WorkflowError(
-                f"config key cgrpo.budget_grids[{index}] = {grid} needs a largest budget "
-                "of at least 2: GRPO needs two completions per group."
+                f"config key cgrpo.budget_grids[{index}] = {grid} must start at 2 or more: "
+                "a prompt stopped at one completion is a group whose advantage is always zero."
             )
+    check_fixed_deltas(config)
     # Group sizes come from cgrpo.budget_grids and grpo.num_generations, one per run.
     for key, section in [
         ("training", config["training"]),
@@ -36,6 +37,22 @@ def check_config(config):
                 f"config key {key}.num_generations is not allowed: set group sizes with "
                 "cgrpo.budget_grids and grpo.num_generations."
             )
+
+
+def check_fixed_deltas(config):
+    """Reject a fixed delta below 1/(n+1), which n calibration examples cannot certify."""
+    split_size = config["splits"]["sizes"]["calibration"]
+    training_size = config["cgrpo"]["options"]["num_calibration_samples"] or split_size
+    for key, deltas, size, size_key in [
+        ("cgrpo.deltas", config["cgrpo"]["deltas"], training_size, "cgrpo.options.num_calibration_samples"),
+        ("evaluation.deltas", config["evaluation"]["deltas"], split_size, "splits.sizes.calibration"),
+    ]:
+        for delta in deltas:
+            if size and delta != "auto" and delta < 1 / (size + 1):
+                raise WorkflowError(
+                    f"config key {key} has {delta}, below 1/(n+1) = {1 / (size + 1):.4f} for the n = {size} "
+                    f"calibration examples of {size_key}: use a delta of at least that or more examples."
+                )
 
 
 check_config(config)
