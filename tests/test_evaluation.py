@@ -47,10 +47,14 @@ def test_conformal_metrics_separate_fixed_k_and_post_selection_coverage():
         assert 0.0 <= entry["coverage_post_selection"] <= 1.0
     rows = [row for row in record["coverage"] if row["delta_mode"] == 0.5]
     assert [row["k"] for row in rows] == GRID
+    fixed = next(entry for entry in record["conformal"] if entry["delta_mode"] == 0.5)
     for row in rows:
         assert row["nominal"] == pytest.approx(0.5)
         assert row["ci_low"] <= row["coverage"] <= row["ci_high"]
         assert row["n_eval"] == 4
+        assert row["qhat"] == fixed["qhat"][row["k"]]
+        if row["qhat"] == 1.0:
+            assert row["coverage"] == 1.0  # every score is at most 1: nothing tested at this k
 
 
 def test_generated_not_kept_rollouts_are_counted(tiny_model_dir, tmp_path):

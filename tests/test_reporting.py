@@ -266,6 +266,31 @@ def test_steps_fill_fixed_group_for_grpo(tables):
     assert cgrpo["mean_k"].iloc[0] == pytest.approx(20.0) and cgrpo["rollouts_generated"].notna().all()
 
 
+def test_delta_sweep_orders_settings_by_delta_and_takes_coverage_at_each_runs_delta(tables):
+    summary, conformal, calibrations = tables["summary"], tables["conformal"], tables["calibrations"]
+    auto_runs = summary.loc[summary["method"] == "cgrpo", "run"]
+
+    def as_fixed(table):
+        return table[table["run"].isin(auto_runs)].assign(run=lambda t: t["run"].str.replace("dauto", "d0.1"))
+
+    fixed = as_fixed(summary).assign(delta=0.1, setting=CGRPO_SETTING.replace("delta auto", "delta 0.1"),
+                                     eval_greedy_acc=lambda t: t["eval_greedy_acc"] + 0.1)
+    fixed_conformal = as_fixed(conformal)
+    fixed_conformal.loc[fixed_conformal["delta_mode"] == "0.1", "coverage_post_selection"] = 0.9
+    sweep = reporting.delta_sweep_table(pd.concat([summary, fixed]), pd.concat([conformal, fixed_conformal]),
+                                        pd.concat([calibrations, as_fixed(calibrations).assign(delta=0.1)]))
+    assert sweep["delta_mode"].tolist() == ["0.1", "auto"]
+    # auto: the mean of the deltas its calibrations chose (0.3, 0.25, 0.2 at steps 0, 5, 10).
+    assert sweep["delta"].tolist() == pytest.approx([0.1, 0.25])
+    assert sweep["nominal coverage"].tolist() == pytest.approx([0.9, 0.75])
+    assert sweep["eval coverage at the run's delta"].tolist() == pytest.approx([0.9, 0.8])
+    assert sweep["greedy accuracy"].tolist() == pytest.approx([np.mean(ACCURACY["cgrpo"]) + 0.1,
+                                                               np.mean(ACCURACY["cgrpo"])])
+    low, high = sweep["greedy accuracy 95% CI low"], sweep["greedy accuracy 95% CI high"]
+    assert (low < sweep["greedy accuracy"]).all() and (sweep["greedy accuracy"] < high).all()
+    assert sweep["seeds"].tolist() == [3, 3]
+
+
 def test_calibrations_long_table(tables):
     calibrations = tables["calibrations"]
     assert len(calibrations) == len(SEEDS) * 3 * len(GRID)
@@ -341,6 +366,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
         (plots.plot_training_curves, "steps"),
         (plots.plot_thresholds, "calibrations"),
         (plots.plot_coverage, "coverage"),
+        (plots.plot_delta_sweep, "delta_sweep"),
     ],
 )
 def test_plots_write_png(tables, tmp_path, function, table):
@@ -353,9 +379,11 @@ def test_plots_write_png(tables, tmp_path, function, table):
 
 
 def test_plot_all_from_csv_round_trip(tables, tmp_path):
-    for name in ("summary", "steps", "calibrations", "coverage"):
+    names = ("summary", "steps", "calibrations", "coverage", "delta_sweep")
+    for name in names:
         reporting.write_table(tables[name], tmp_path / f"{name}.csv")
-    loaded = {name: pd.read_csv(tmp_path / f"{name}.csv") for name in ("summary", "steps", "calibrations", "coverage")}
-    paths = {name: tmp_path / f"{name}.png" for name in ("pareto", "training_curves", "thresholds", "coverage")}
+    loaded = {name: pd.read_csv(tmp_path / f"{name}.csv") for name in names}
+    paths = {name: tmp_path / f"{name}.png" for name in ("pareto", "training_curves", "thresholds", "coverage",
+                                                         "delta_sweep")}
     plots.plot_all(loaded, paths)
     assert all(path.stat().st_size > 10_000 for path in paths.values())

@@ -80,7 +80,8 @@ def conformal_metrics(answers, golds, calibration_answers, calibration_golds, se
                           "histogram": summary["histogram"], "coverage_post_selection": post["coverage_post_selection"]})
         for k in grid:
             row = metrics.coverage_at_k(eval_scores[k], thresholds.qhat[k], thresholds.delta, thresholds.n_calibration)
-            coverage.append({"delta_mode": mode, "k": k, **row})
+            # qhat = 1 covers every prompt by construction; the coverage of the other budgets is the test.
+            coverage.append({"delta_mode": mode, "k": k, "qhat": thresholds.qhat[k], **row})
     return {"conformal": conformal, "coverage": coverage}
 
 

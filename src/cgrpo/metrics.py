@@ -339,9 +339,10 @@ def coverage_at_k(
     * the upper end assumes no tied scores; the execution scores are
       discrete and tie often, so coverage above ``band_high`` is expected
       there and is not a violation;
-    * when ``ceil((n_cal + 1)(1 - delta)) > n_cal`` the threshold is clamped
-      to the largest calibration score and the lower end does not hold
-      (``band_valid`` is False); add calibration prompts or raise delta.
+    * when ``ceil((n_cal + 1)(1 - delta)) > n_cal`` no calibration score
+      certifies ``1 - delta``, the threshold is 1.0 and coverage is 1 by
+      construction (``band_valid`` is False); add calibration prompts or
+      raise delta.
 
     ``ci_low``/``ci_high`` are the exact Clopper–Pearson 95% interval on the
     observed fraction.

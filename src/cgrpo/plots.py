@@ -17,7 +17,9 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from matplotlib import ticker  # noqa: E402
 import pandas as pd  # noqa: E402
 
-__all__ = ["plot_all", "plot_coverage", "plot_pareto", "plot_thresholds", "plot_training_curves"]
+from .reporting import CI_HIGH, CI_LOW  # noqa: E402
+
+__all__ = ["plot_all", "plot_coverage", "plot_delta_sweep", "plot_pareto", "plot_thresholds", "plot_training_curves"]
 
 _METHOD_NAMES = {"cgrpo": "C-GRPO", "grpo": "GRPO", "base": "base"}
 DPI = 120
@@ -193,13 +195,49 @@ def plot_coverage(coverage: pd.DataFrame, path: str | Path) -> None:
     _save(fig, path)
 
 
+def _interval_points(ax, table: pd.DataFrame, column: str, label: str, color) -> None:
+    # A single seed has no interval: its bar is left out rather than drawn as NaN.
+    errors = [(table[column] - table[f"{column} {CI_LOW}"]).fillna(0),
+              (table[f"{column} {CI_HIGH}"] - table[column]).fillna(0)]
+    ax.errorbar(table["delta"], table[column], yerr=errors, fmt="o-", color=color, capsize=3, label=label)
+
+
+def plot_delta_sweep(sweep: pd.DataFrame, path: str | Path) -> None:
+    """C-GRPO's savings, accuracy and coverage against delta, one point per setting (mean and 95% interval).
+
+    The automatic delta sits at the mean delta its calibrations chose and is labelled "auto".
+    """
+    if sweep.empty:
+        _empty(path, "C-GRPO against delta", "no C-GRPO runs")
+        return
+    cmap = plt.get_cmap("tab10")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for i, name in enumerate(["rollout savings", "rollout savings incl. calibration", "time savings incl. calibration"]):
+        _interval_points(axes[0], sweep, name, name, cmap(i))
+    _interval_points(axes[1], sweep, "greedy accuracy", "eval greedy accuracy", cmap(3))
+    _interval_points(axes[2], sweep, "eval coverage at the run's delta", "eval coverage (post-selection)", cmap(4))
+    axes[2].plot(sweep["delta"], sweep["nominal coverage"], "k--", linewidth=1, label="nominal 1 - delta")
+    for ax, ylabel in zip(axes, ["savings vs GRPO at G = max(grid)", "eval greedy accuracy", "coverage"]):
+        for _, row in sweep[sweep["delta_mode"] == "auto"].iterrows():
+            ax.axvline(row["delta"], color="grey", linestyle=":", linewidth=1)
+            ax.annotate("auto", (row["delta"], 1), xycoords=("data", "axes fraction"), ha="center", va="bottom",
+                        fontsize=8)
+        ax.set_xlabel("delta")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("C-GRPO against its miscoverage level (mean and 95% interval across seeds)", y=1.04)
+    _save(fig, path)
+
+
 def plot_all(tables: Mapping[str, pd.DataFrame], paths: Mapping[str, str | Path]) -> None:
     """Draw the report figures from the reporting tables.
 
-    ``tables`` holds ``summary``, ``steps``, ``calibrations`` and ``coverage``; ``paths`` gives the
-    PNG of ``pareto``, ``training_curves``, ``thresholds`` and ``coverage``.
+    ``tables`` holds ``summary``, ``steps``, ``calibrations``, ``coverage`` and ``delta_sweep``; ``paths``
+    gives the PNG of ``pareto``, ``training_curves``, ``thresholds``, ``coverage`` and ``delta_sweep``.
     """
     plot_pareto(tables["summary"], paths["pareto"])
     plot_training_curves(tables["steps"], paths["training_curves"])
     plot_thresholds(tables["calibrations"], paths["thresholds"])
     plot_coverage(tables["coverage"], paths["coverage"])
+    plot_delta_sweep(tables["delta_sweep"], paths["delta_sweep"])

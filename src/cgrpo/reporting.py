@@ -31,11 +31,13 @@ from .metrics import mean_ci, nearest_admissible_g, paired_difference_ci
 __all__ = [
     "BY_METHOD_METRICS",
     "PAIRED_METRICS",
+    "SWEEP_METRICS",
     "build_tables",
     "by_method_table",
     "calibrations_table",
     "conformal_table",
     "coverage_table",
+    "delta_sweep_table",
     "format_delta",
     "markdown",
     "match_group_size",
@@ -72,6 +74,15 @@ PAIRED_METRICS = {
     "total_rollouts_generated": "rollouts generated",
     "total_wall_s": "wall clock (s, training + calibration)",
     "train_wall_s": "training wall clock (s)",
+}
+
+# summary column -> plain-language name in the delta sweep table.
+SWEEP_METRICS = {
+    "train_rollout_savings": "rollout savings",
+    "train_rollout_savings_with_calibration": "rollout savings incl. calibration",
+    "time_savings": "time savings incl. calibration",
+    "eval_greedy_acc": "greedy accuracy",
+    "coverage_post_selection": "eval coverage at the run's delta",
 }
 
 _RUN_FIELDS = [
@@ -317,6 +328,31 @@ def conformal_table(evals: Sequence[Mapping[str, Any]], summary: pd.DataFrame) -
     return _run_columns(summary).merge(pd.DataFrame(rows), on="run", how="right")
 
 
+def delta_sweep_table(summary: pd.DataFrame, conformal: pd.DataFrame, calibrations: pd.DataFrame) -> pd.DataFrame:
+    """C-GRPO against its miscoverage level: one row per C-GRPO setting, in order of delta.
+
+    ``delta`` is the setting's fixed delta, or for ``auto`` the mean of the deltas its training calibrations chose.
+    Each metric of :data:`SWEEP_METRICS` gets its mean and 95% interval across seeds; the coverage is the eval's
+    post-selection coverage at the run's own delta mode (empty when ``evaluation.deltas`` lacks that delta), next to
+    the nominal ``1 - delta``.
+    """
+    runs = summary[summary["method"] == "cgrpo"].assign(delta_mode=lambda t: t["delta"].map(format_delta))
+    runs = runs.merge(conformal[["run", "delta_mode", "coverage_post_selection"]], on=["run", "delta_mode"], how="left")
+    chosen = calibrations.drop_duplicates(["run", "step"]).groupby("run")["delta"].mean()
+    runs["chosen_delta"] = runs["run"].map(chosen)
+    rows = []
+    for (setting, mode), group in runs.groupby(["setting", "delta_mode"], sort=False):
+        delta = group["chosen_delta"].mean()
+        row: dict[str, Any] = {"setting": setting, "delta_mode": mode, "delta": delta, "nominal coverage": 1 - delta,
+                               "seeds": len(group)}
+        for column, name in SWEEP_METRICS.items():
+            mean, low, high = _interval(pd.to_numeric(group[column], errors="coerce"))
+            row.update({name: mean, f"{name} {CI_LOW}": low, f"{name} {CI_HIGH}": high})
+        rows.append(row)
+    columns = ["setting", "delta_mode", "delta", "nominal coverage", "seeds"]
+    return pd.DataFrame(rows, columns=None if rows else columns).sort_values("delta", ignore_index=True)
+
+
 # --------------------------------------------------------------------------- training dynamics
 
 
@@ -420,7 +456,7 @@ def build_tables(
     ``runs`` are ``run.json`` files, ``steps`` the ``steps.csv`` files (each belongs to the run whose
     ``run.json`` shares its folder), ``evals`` the eval JSONs (``"base"`` included) and ``matched``
     the compute-matching records. Returns the tables ``summary``, ``by_method``, ``paired``,
-    ``coverage``, ``conformal``, ``steps`` and ``calibrations``.
+    ``coverage``, ``conformal``, ``delta_sweep``, ``steps`` and ``calibrations``.
     """
     run_records = _load_json(runs)
     folders = {Path(path).parent: record["run"] for path, record in zip(runs, run_records)}
@@ -431,14 +467,17 @@ def build_tables(
     eval_records = _load_json(evals)
     matched_records = _load_json(matched)
     summary = summary_table(run_records, eval_records)
+    conformal = conformal_table(eval_records, summary)
+    calibrations = calibrations_table(run_records)
     return {
         "summary": summary,
         "by_method": by_method_table(summary),
         "paired": paired_table(summary, matched_records),
         "coverage": coverage_table(eval_records, summary),
-        "conformal": conformal_table(eval_records, summary),
+        "conformal": conformal,
+        "delta_sweep": delta_sweep_table(summary, conformal, calibrations),
         "steps": steps_table([r for r in run_records if r["run"] in step_logs], step_logs),
-        "calibrations": calibrations_table(run_records),
+        "calibrations": calibrations,
     }
 
 

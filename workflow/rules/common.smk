@@ -188,8 +188,8 @@ def cgrpo_setting_records(wildcards):
     ]
 
 
-TABLES = ["summary", "by_method", "paired", "coverage", "conformal"]
-PLOTS = ["pareto", "training_curves", "thresholds", "coverage"]
+TABLES = ["summary", "by_method", "paired", "coverage", "conformal", "delta_sweep"]
+PLOTS = ["pareto", "training_curves", "thresholds", "coverage", "delta_sweep"]
 
 
 def final_outputs():

@@ -43,6 +43,13 @@ rule aggregate:
             labels={"table": "conformal"},
         ),
         conformal_md="results/{exp}/tables/conformal.md",
+        delta_sweep=report(
+            "results/{exp}/tables/delta_sweep.csv",
+            caption="../report/delta_sweep_table.rst",
+            category="Tables",
+            labels={"table": "delta sweep"},
+        ),
+        delta_sweep_md="results/{exp}/tables/delta_sweep.md",
         steps="results/{exp}/tables/steps.csv",
         calibrations="results/{exp}/tables/calibrations.csv",
     log:
@@ -65,6 +72,7 @@ rule plots:
         steps="results/{exp}/tables/steps.csv",
         calibrations="results/{exp}/tables/calibrations.csv",
         coverage="results/{exp}/tables/coverage.csv",
+        delta_sweep="results/{exp}/tables/delta_sweep.csv",
     output:
         pareto=report(
             "results/{exp}/plots/pareto.png",
@@ -89,6 +97,12 @@ rule plots:
             caption="../report/coverage.rst",
             category="Plots",
             labels={"figure": "coverage"},
+        ),
+        delta_sweep=report(
+            "results/{exp}/plots/delta_sweep.png",
+            caption="../report/delta_sweep.rst",
+            category="Plots",
+            labels={"figure": "C-GRPO against delta"},
         ),
     log:
         "results/{exp}/logs/plots.log",
