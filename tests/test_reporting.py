@@ -169,6 +169,8 @@ def test_time_savings_are_against_the_same_seeds_grpo_at_the_reference_budget(ta
             1 - summary.loc[f"grpo_s{seed}_G4", "total_wall_s"] / reference)
         assert summary.loc[f"grpo_s{seed}_G32", "time_savings"] == 0
         assert cgrpo["train_budget_histogram"] == "2:150, 8:50, 32:100"
+        assert cgrpo["train_intermediate_share"] == pytest.approx(50 / 300)
+        assert cgrpo["eval_budget_histogram"] == "2:50, 4:40, 8:30, 16:40, 32:40"
     assert pd.isna(summary.loc["base", "time_savings"])
 
 

@@ -151,7 +151,9 @@ def summary_table(runs: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str
     Training columns of the base row are empty. ``total_rollouts_generated`` adds the training and
     calibration rollouts; ``time_savings`` is ``1 - total_wall_s`` over that of the same seed's GRPO run
     at G = ``reference_budget`` (empty where that run is missing), the wall-clock twin of
-    ``train_rollout_savings_with_calibration``; ``train_budget_histogram`` reads ``"k:groups, ..."``.
+    ``train_rollout_savings_with_calibration``; ``train_budget_histogram`` reads ``"k:groups, ..."``, and
+    ``train_intermediate_share`` is the share of its groups that stopped strictly between the smallest and the largest
+    budget; ``eval_budget_histogram`` is the eval prompts' conformal budget histogram at the automatic delta.
     """
     by_run = _by_run(runs, "run records")
     rows = []
@@ -174,6 +176,9 @@ def summary_table(runs: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str
             "eval_mean_at_k": evaluation.get("mean_at_k"),
             "eval_wall_s": evaluation.get("eval_wall_s"),
             "train_budget_histogram": _histogram_text(record.get("train_budget_histogram") or {}) or None,
+            "train_intermediate_share": _intermediate_share(record.get("train_budget_histogram"),
+                                                            record.get("budget_grid")),
+            "eval_budget_histogram": _histogram_text(_auto_conformal(evaluation).get("histogram", {})) or None,
         }
         if row["delta"] is not None:
             row["delta"] = format_delta(row["delta"])
@@ -191,6 +196,19 @@ def summary_table(runs: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str
         .drop(columns="_order")
         .reset_index(drop=True)
     )
+
+
+def _intermediate_share(histogram: Mapping[str, int] | None, grid: str | None) -> float | None:
+    """Share of a C-GRPO run's groups that stopped strictly inside its grid ("2-4-8": at 4)."""
+    if not histogram or not grid:
+        return None
+    budgets = [int(k) for k in grid.split("-")]
+    inner = sum(count for k, count in histogram.items() if budgets[0] < int(k) < budgets[-1])
+    return inner / sum(histogram.values())
+
+
+def _auto_conformal(evaluation: Mapping[str, Any]) -> Mapping[str, Any]:
+    return next((row for row in evaluation.get("conformal", []) if row["delta_mode"] == "auto"), {})
 
 
 def _time_savings(table: pd.DataFrame) -> pd.Series:
