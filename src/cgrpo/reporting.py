@@ -54,6 +54,7 @@ CI_LOW, CI_HIGH = "95% CI low", "95% CI high"
 BY_METHOD_METRICS = {
     "eval_greedy_acc": "greedy accuracy",
     "eval_maj_acc": "majority-vote accuracy",
+    "eval_mean_at_k": "sampled accuracy (mean@k)",
     "rollouts_per_prompt": "rollouts per training prompt (incl. calibration)",
     "total_rollouts_generated": "rollouts generated (training + calibration)",
     "total_wall_s": "wall clock (s, training + calibration)",
@@ -70,6 +71,7 @@ BY_METHOD_METRICS = {
 PAIRED_METRICS = {
     "eval_greedy_acc": "greedy accuracy",
     "eval_maj_acc": "majority-vote accuracy",
+    "eval_mean_at_k": "sampled accuracy (mean@k)",
     "rollouts_per_prompt": "rollouts per training prompt",
     "total_rollouts_generated": "rollouts generated",
     "total_wall_s": "wall clock (s, training + calibration)",
