@@ -249,10 +249,10 @@ class CGRPOTrainer(GRPOTrainer):
         inputs = {key: value for key, value in inputs.items() if key != "filler_rows"}
         rows = inputs["advantages"].size(0) * self.accelerator.num_processes * self.args.steps_per_generation
         row_weight = 1.0 if self.loss_type in TOKEN_NORMALIZED_LOSSES else rows / inputs["num_real_rows"].item()
-        window = self._real_micro_batch_share()
-        scale = 1.0 if self.loss_type == "bnpo" else row_weight * window
+        share = self._real_micro_batch_share()
+        scale = 1.0 if self.loss_type == "bnpo" else row_weight * share
         accumulation, beta = self.current_gradient_accumulation_steps, self.beta
-        self.current_gradient_accumulation_steps = accumulation * window
+        self.current_gradient_accumulation_steps = accumulation * share
         self.beta = beta * scale
         try:
             scaled = {**inputs, "advantages": inputs["advantages"] * scale}
@@ -264,7 +264,8 @@ class CGRPOTrainer(GRPOTrainer):
         """Share of this accumulation window's micro-batches, over all processes, that hold a real row (1.0 if none)."""
         accumulation = self.current_gradient_accumulation_steps
         index = self._step % self.args.steps_per_generation
-        window = self._buffered_inputs[index - index % accumulation : index - index % accumulation + accumulation]
+        start = index - index % accumulation
+        window = self._buffered_inputs[start : start + accumulation]
         local = sum(int((~chunk["filler_rows"]).any().item()) for chunk in window)
         device = self.accelerator.device
         real = self.accelerator.gather(torch.tensor([local], device=device)).sum().item()
