@@ -42,9 +42,9 @@ from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from cgrpo import CGRPOConfig, CGRPOTrainer  # noqa: E402
-from cgrpo.bootstrap import BootstrapSettings, build_model, train_tokenizer  # noqa: E402
+from cgrpo.pipeline.bootstrap import BootstrapSettings, build_model, train_tokenizer  # noqa: E402
 from cgrpo.calibration import Thresholds  # noqa: E402
-from cgrpo.timing import count_generation  # noqa: E402
+from cgrpo.pipeline.timing import count_generation  # noqa: E402
 
 GRID = [2, 4, 8, 16, 32]
 # name -> (hidden size, intermediate size, layers, heads): the default experiment's model and an 11M-parameter one.

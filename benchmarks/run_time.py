@@ -1,7 +1,7 @@
 """Wall clock of one training run of the default experiment, alone on the machine, split as `run.json` splits it.
 
 Trains one C-GRPO or fixed-group GRPO run of `config/config.yaml` (seed, method and C-GRPO's generation schedule
-chosen here) with `cgrpo.runs.train_run`, on the base model, splits and initial calibration the default pipeline
+chosen here) with `cgrpo.pipeline.runs.train_run`, on the base model, splits and initial calibration the default pipeline
 wrote, and prints its training, generation, update and calibration seconds and its generated rollouts and tokens.
 Run from the repository root after `snakemake --cores 2`::
 
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from cgrpo.runs import train_run
+from cgrpo.pipeline.runs import train_run
 
 FIELDS = ("train_wall_s", "generation_wall_s", "update_wall_s", "calibration_wall_s", "total_wall_s",
           "train_rollouts_generated", "train_tokens_generated", "steps_per_generation")

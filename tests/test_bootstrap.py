@@ -9,11 +9,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from cgrpo.bootstrap import BootstrapSettings, bootstrap_base_model, sft_dataset, sft_problems, tokenize_sft
-from cgrpo.sampling import generate_completions
-from cgrpo.tasks import generate_problems, get_task
-from cgrpo.tasks.answers import extract_answer
-from cgrpo.tasks.arithmetic import ITEMS
+from cgrpo.pipeline.bootstrap import BootstrapSettings, bootstrap_base_model, sft_dataset, sft_problems, tokenize_sft
+from cgrpo.pipeline.sampling import generate_completions
+from cgrpo.pipeline.tasks import generate_problems, get_task
+from cgrpo.pipeline.tasks.answers import extract_answer
+from cgrpo.pipeline.tasks.arithmetic import ITEMS
 
 
 @pytest.fixture(scope="module")

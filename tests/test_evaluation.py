@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from cgrpo import evaluation
-from cgrpo.evaluation import conformal_metrics, fixed_k_metrics
-from cgrpo.sampling import generate_completions
-from cgrpo.splits import load_split, make_splits
-from cgrpo.tasks import get_task
+from cgrpo.pipeline import evaluation
+from cgrpo.pipeline.evaluation import conformal_metrics, fixed_k_metrics
+from cgrpo.pipeline.sampling import generate_completions
+from cgrpo.pipeline.splits import load_split, make_splits
+from cgrpo.pipeline.tasks import get_task
 
 GRID = [2, 4]
 GOLDS = ["1", "2", "3", "4"]

@@ -1,4 +1,4 @@
-"""Tests for cgrpo.metrics on hand-built cases whose answers are derived in comments."""
+"""Tests for cgrpo.pipeline.metrics on hand-built cases whose answers are derived in comments."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from cgrpo import calibration
-from cgrpo import metrics as m
+from cgrpo.pipeline import metrics as m
 
 # --------------------------------------------------------------------------- #
 # Shared hand-built data

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cgrpo import plots, reporting
-from cgrpo.metrics import mean_ci, nearest_admissible_g
+from cgrpo.pipeline import plots, reporting
+from cgrpo.pipeline.metrics import mean_ci, nearest_admissible_g
 
 SEEDS = [0, 1, 2]
 GRID = [2, 4, 8, 16, 32]
@@ -23,7 +23,7 @@ STEPS = 12
 
 
 def _run_record(method: str, seed: int, key: str, *, g: int | None = None, matched: bool = False) -> dict:
-    """A run.json with the keys cgrpo.runs.train_run writes."""
+    """A run.json with the keys cgrpo.pipeline.runs.train_run writes."""
     cgrpo = method == "cgrpo"
     rollouts_per_prompt = ROLLOUTS[key][seed]
     groups = 300
@@ -66,7 +66,7 @@ def _steps(record: dict) -> pd.DataFrame:
 
 
 def _eval_record(run: str, accuracy: float) -> dict:
-    """An eval JSON with the keys cgrpo.evaluation.evaluate_model writes."""
+    """An eval JSON with the keys cgrpo.pipeline.evaluation.evaluate_model writes."""
     coverage = []
     for mode, delta in (("auto", 0.27), (0.1, 0.1), (0.2, 0.2)):
         for k in GRID:

@@ -1,4 +1,4 @@
-"""cgrpo.runs: the cost record of a run, and the copy that stands in for a compute-matched run equal to a fixed-G run."""
+"""cgrpo.pipeline.runs: the cost record of a run, and the copy that stands in for a compute-matched run equal to a fixed-G run."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from cgrpo.calibration import Thresholds
-from cgrpo.runs import _run_record, reuse_compute_matched
-from cgrpo.timing import GenerationCounter
+from cgrpo.pipeline.runs import _run_record, reuse_compute_matched
+from cgrpo.pipeline.timing import GenerationCounter
 
 
 def test_cgrpo_costs_count_the_lockstep_rows_and_report_them_apart():

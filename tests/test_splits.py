@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from cgrpo.splits import ManifestMismatchError, SplitLeakError, content_hash, load_split, load_splits, make_splits
-from cgrpo.tasks import get_task
+from cgrpo.pipeline.splits import ManifestMismatchError, SplitLeakError, content_hash, load_split, load_splits, make_splits
+from cgrpo.pipeline.tasks import get_task
 
 SIZES = {"train": 300, "calibration": 60, "eval": 60}
 

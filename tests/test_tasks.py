@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from cgrpo.tasks import available_tasks, extract_answer, get_task, is_well_formed, normalize_number, parse_gold
-from cgrpo.tasks.arithmetic import ITEMS, generate_problems
+from cgrpo.pipeline.tasks import available_tasks, extract_answer, get_task, is_well_formed, normalize_number, parse_gold
+from cgrpo.pipeline.tasks.arithmetic import ITEMS, generate_problems
 
 GSM8K_ROWS = [
     {"question": "Natalia sold 48 clips in April and half as many in May. How many in all?",

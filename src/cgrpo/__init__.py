@@ -1,4 +1,9 @@
-"""C-GRPO: conformal, per-prompt rollout budgets for GRPO post-training with TRL."""
+"""C-GRPO: conformal, per-prompt rollout budgets for GRPO post-training with TRL.
+
+The package is the trainer library: `CGRPOConfig` and `CGRPOTrainer` (`config`, `trainer`, `padding`) on the seeded
+conformal core they share with the evaluation (`conformal`, `calibration`). The experiment pipeline built on it lives
+in `cgrpo.pipeline`, which nothing here imports.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +13,8 @@ __version__ = "0.1.0"
 
 __all__ = ["CGRPOConfig", "CGRPOTrainer", "__version__"]
 
-# TRL takes seconds to import; loading the trainer on first use keeps the pure modules (conformal, metrics,
-# reporting) and the pipeline's table and plot steps fast.
+# TRL takes seconds to import; loading the trainer on first use keeps the pure modules (conformal, calibration)
+# and the pipeline's table and plot steps fast.
 _LAZY = {"CGRPOConfig": "cgrpo.config", "CGRPOTrainer": "cgrpo.trainer"}
 
 

@@ -253,7 +253,7 @@ def split_params(wildcards):
 
 
 def calibrate_spec(wildcards, input):
-    """Spec of cgrpo.runs.calibrate_initial for the grid in the wildcards."""
+    """Spec of cgrpo.pipeline.runs.calibrate_initial for the grid in the wildcards."""
     return {
         "model": base_model_location(input.base_model),
         "splits": str(Path(input.splits).parent),
@@ -268,7 +268,7 @@ def calibrate_spec(wildcards, input):
 
 
 def train_cgrpo_spec(wildcards, input, output):
-    """Spec of cgrpo.runs.train_run for one C-GRPO run."""
+    """Spec of cgrpo.pipeline.runs.train_run for one C-GRPO run."""
     return {
         "run": Path(output.run).parent.name,
         "method": "cgrpo",
@@ -287,7 +287,7 @@ def train_cgrpo_spec(wildcards, input, output):
 
 
 def train_grpo_spec(wildcards, input, output):
-    """Spec of cgrpo.runs.train_run for one fixed-G GRPO run."""
+    """Spec of cgrpo.pipeline.runs.train_run for one fixed-G GRPO run."""
     return {
         "run": Path(output.run).parent.name,
         "method": "grpo",
@@ -320,7 +320,7 @@ def evaluation_inputs(wildcards):
 
 
 def evaluate_spec(wildcards, input):
-    """Spec of cgrpo.evaluation.evaluate_model for one run (or the base model)."""
+    """Spec of cgrpo.pipeline.evaluation.evaluate_model for one run (or the base model)."""
     run = wildcards.run
     seed = re.search(r"_s(\d+)_", run)
     # Every run is scored on the same grid so that its eval metrics are comparable across runs.

@@ -3,8 +3,8 @@
 import json
 from pathlib import Path
 
-from cgrpo.bootstrap import bootstrap_base_model
-from cgrpo.logs import log_to_file
+from cgrpo.pipeline.bootstrap import bootstrap_base_model
+from cgrpo.pipeline.logs import log_to_file
 
 # The bootstrap is deterministic for a given thread count, so pin it to the job's threads.
 log_to_file(snakemake.log[0], threads=snakemake.threads)

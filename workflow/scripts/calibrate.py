@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from cgrpo.logs import log_to_file
-from cgrpo.runs import calibrate_initial
+from cgrpo.pipeline.logs import log_to_file
+from cgrpo.pipeline.runs import calibrate_initial
 
 log_to_file(snakemake.log[0], threads=snakemake.threads)
 

@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from cgrpo.logs import log_to_file
-from cgrpo.splits import make_splits
-from cgrpo.tasks import get_task
+from cgrpo.pipeline.logs import log_to_file
+from cgrpo.pipeline.splits import make_splits
+from cgrpo.pipeline.tasks import get_task
 
 log_to_file(snakemake.log[0])
 

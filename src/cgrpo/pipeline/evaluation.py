@@ -18,7 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from . import metrics
-from .calibration import Thresholds, calibration_scores, fit_thresholds
+from ..calibration import Thresholds, calibration_scores, fit_thresholds
 from .sampling import generate_completions
 from .splits import load_split
 from .tasks import get_task

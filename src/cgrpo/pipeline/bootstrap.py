@@ -65,7 +65,7 @@ class BootstrapSettings:
     ops_weights: tuple[float, ...] = OPS_WEIGHTS
     size_weights: tuple[float, ...] = SIZE_WEIGHTS
     # An answer habit for RL to unlearn, like an off-the-shelf model's: SFT answers about the first
-    # `unit_items` of cgrpo.tasks.arithmetic.ITEMS name the unit after the number ("#### 17 pens")
+    # `unit_items` of cgrpo.pipeline.tasks.arithmetic.ITEMS name the unit after the number ("#### 17 pens")
     # `unit_rate` of the time, which the hash format's strict answer extraction rejects.
     unit_items: int = 0
     unit_rate: float = 0.0
@@ -244,7 +244,7 @@ def bootstrap_base_model(output_dir: str | Path, *, verbose: bool = False, **set
     """
     unknown = sorted(set(settings) - {field.name for field in fields(BootstrapSettings)})
     if unknown:
-        raise ValueError(f"Unknown bootstrap setting(s) {unknown}; use fields of cgrpo.bootstrap.BootstrapSettings.")
+        raise ValueError(f"Unknown bootstrap setting(s) {unknown}; use fields of cgrpo.pipeline.bootstrap.BootstrapSettings.")
     config = BootstrapSettings(**settings)
     _check_settings(config)
     output_dir = Path(output_dir)

@@ -22,7 +22,7 @@ ITEMS = ("pens", "cups", "eggs", "cards", "books", "coins", "shells", "stamps", 
 # Operand ranges per size: (starting amount, later operands). "medium" keeps a two-digit running total but
 # one-digit steps; "large" adds two-digit numbers, which a tiny model rarely gets right.
 SIZES = {"small": ((2, 9), (2, 9)), "medium": ((10, 99), (2, 9)), "large": ((10, 99), (10, 99))}
-# Weights of small, medium and large numbers, in the task's pool and in the base model's SFT data (cgrpo.bootstrap).
+# Weights of small, medium and large numbers, in the task's pool and in the base model's SFT data (cgrpo.pipeline.bootstrap).
 SIZE_WEIGHTS = (0.6, 0.3, 0.1)
 # Weights of 1, 2 and 3 operations in the base model's SFT data.
 OPS_WEIGHTS = (0.45, 0.35, 0.2)
@@ -81,7 +81,7 @@ def generate_problems(
 
     ``ops_weights[i]`` weighs chains of ``i + 1`` operations; ``size_weights`` weighs the ``SIZES``
     small, medium and large. The same arguments always give the same problems. Small operand ranges
-    repeat, so the result can hold duplicates; :mod:`cgrpo.splits` deduplicates before carving splits.
+    repeat, so the result can hold duplicates; :mod:`cgrpo.pipeline.splits` deduplicates before carving splits.
     """
     if num_examples < 1:
         raise ValueError(f"num_examples must be positive, got {num_examples}; ask for at least one problem.")
@@ -100,7 +100,7 @@ def _load_pool(split: str, **generator_options) -> Dataset:
     if split != "train":
         raise ValueError(
             f"The arithmetic task generates one pool (split 'train'), not {split!r}; "
-            "carve calibration and eval sets from it with cgrpo.splits."
+            "carve calibration and eval sets from it with cgrpo.pipeline.splits."
         )
     return generate_problems(**generator_options)
 

@@ -1,7 +1,7 @@
 """Comparison tables of a C-GRPO vs fixed-group GRPO experiment, from the files the pipeline writes.
 
-Inputs are each training run's ``run.json`` and ``steps.csv`` (see :func:`cgrpo.runs.train_run`), each
-evaluated model's eval JSON (see :func:`cgrpo.evaluation.evaluate_model`, the base model's run is
+Inputs are each training run's ``run.json`` and ``steps.csv`` (see :func:`cgrpo.pipeline.runs.train_run`), each
+evaluated model's eval JSON (see :func:`cgrpo.pipeline.evaluation.evaluate_model`, the base model's run is
 ``"base"``) and the compute-matching records of :func:`match_group_size`. Every table is a
 ``pandas.DataFrame``; :func:`write_table` saves one as CSV and as GitHub-readable markdown.
 
@@ -236,7 +236,7 @@ def by_method_table(summary: pd.DataFrame, metrics: Mapping[str, str] = BY_METHO
 
     ``metrics`` maps summary columns to the plain-language column names used here; each gets a mean
     column and ``95% CI low`` / ``95% CI high`` columns (Student t, via
-    :func:`cgrpo.metrics.mean_ci`; empty with a single seed).
+    :func:`cgrpo.pipeline.metrics.mean_ci`; empty with a single seed).
     """
     rows = []
     for (method, setting), group in summary.groupby(["method", "setting"], sort=False):
@@ -270,7 +270,7 @@ def paired_table(
     Baselines of a C-GRPO setting are every fixed-G GRPO setting plus the compute-matched GRPO
     whose ``matched`` record (from :func:`match_group_size`) names that setting. Only seeds run by
     both sides are paired. Each metric gets the mean difference and its 95% interval
-    (:func:`cgrpo.metrics.paired_difference_ci`).
+    (:func:`cgrpo.pipeline.metrics.paired_difference_ci`).
     """
     rows = []
     cgrpo = summary[summary["method"] == "cgrpo"]
@@ -444,7 +444,7 @@ def match_group_size(run_files: Sequence[str | Path], batch_size: int) -> dict[s
 
     ``run_files`` are the ``run.json`` of every seed of one C-GRPO setting. The target is their mean
     ``rollouts_per_prompt`` (calibration included) and G the admissible group size closest to it
-    (:func:`cgrpo.metrics.nearest_admissible_g`: a divisor of ``batch_size``, at least 2).
+    (:func:`cgrpo.pipeline.metrics.nearest_admissible_g`: a divisor of ``batch_size``, at least 2).
     """
     records = _load_json(run_files)
     if not records:

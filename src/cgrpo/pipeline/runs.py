@@ -17,8 +17,8 @@ import pandas as pd
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from .calibration import fit_thresholds
-from .config import CGRPOConfig
+from ..calibration import fit_thresholds
+from ..config import CGRPOConfig
 from .splits import load_split
 from .tasks import get_task
 from .timing import GenerationCounter, count_generation
@@ -130,7 +130,7 @@ def _peft_config(spec: dict[str, Any]):
 
 def _cgrpo_trainer(spec: dict[str, Any], output_dir: Path, delta, initial: dict[str, Any] | None):
     """A C-GRPO trainer; `initial` is the record of `_initial_calibration` when the thresholds are fitted already."""
-    from .trainer import CGRPOTrainer
+    from ..trainer import CGRPOTrainer
 
     torch.manual_seed(spec["seed"])
     task = _task(spec)

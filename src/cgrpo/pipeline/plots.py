@@ -1,4 +1,4 @@
-"""Figures of a C-GRPO vs fixed-group GRPO experiment, drawn from the tables of :mod:`cgrpo.reporting`.
+"""Figures of a C-GRPO vs fixed-group GRPO experiment, drawn from the tables of :mod:`cgrpo.pipeline.reporting`.
 
 Each function takes one table and writes one PNG; :func:`plot_all` draws the four report figures.
 Colours follow the method and setting, so a setting has the same colour in every figure.
