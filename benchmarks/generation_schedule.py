@@ -44,7 +44,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from cgrpo import CGRPOConfig, CGRPOTrainer  # noqa: E402
 from cgrpo.pipeline.bootstrap import BootstrapSettings, build_model, train_tokenizer  # noqa: E402
 from cgrpo.calibration import Thresholds  # noqa: E402
-from cgrpo.pipeline.timing import count_generation  # noqa: E402
+from cgrpo.pipeline.timing import TimedGRPOTrainer, generation_seconds  # noqa: E402
 
 GRID = [2, 4, 8, 16, 32]
 # name -> (hidden size, intermediate size, layers, heads): the default experiment's model and an 11M-parameter one.
@@ -169,18 +169,17 @@ def cgrpo_trainer(args, model: str, round_prompts: int, stop_at: list[int]) -> C
 
 def grpo_trainer(args, model: str, round_prompts: int, width: int) -> GRPOTrainer:
     config = GRPOConfig(num_generations=width, **common_options(args, round_prompts, width))
-    return GRPOTrainer(model=model, reward_funcs=length_reward, args=config,
-                       train_dataset=prompts(args.prompts, [width] * args.prompts))
+    return TimedGRPOTrainer(model=model, reward_funcs=length_reward, args=config,
+                            train_dataset=prompts(args.prompts, [width] * args.prompts))
 
 
 def timed_training(trainer: GRPOTrainer) -> tuple[float, float]:
     """Train; return the seconds spent in training-time generation and in everything else."""
     torch.manual_seed(0)
-    counter = count_generation(trainer)
     start = time.perf_counter()
     trainer.train()
     total = time.perf_counter() - start
-    return counter.seconds, total - counter.seconds
+    return generation_seconds(trainer), total - generation_seconds(trainer)
 
 
 def calibration_seconds(trainer: CGRPOTrainer) -> float:

@@ -15,13 +15,13 @@ from typing import Any
 
 import pandas as pd
 import torch
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig
 
 from ..calibration import fit_thresholds
 from ..config import CGRPOConfig
 from .splits import load_split
 from .tasks import get_task
-from .timing import GenerationCounter, count_generation
+from .timing import TimedGRPOTrainer, generation_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -71,13 +71,12 @@ def train_run(spec: dict[str, Any], out_dir: str | Path) -> None:
         if method == "cgrpo"
         else _grpo_trainer(spec, out_dir / "checkpoints")
     )
-    counter = count_generation(trainer)
     start = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - start
     trainer.save_model(str(out_dir / "model"))
     _steps_table(trainer.state.log_history).to_csv(out_dir / "steps.csv", index=False)
-    record = _run_record(spec, trainer, counter, wall, initial)
+    record = _run_record(spec, trainer, wall, initial)
     (out_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
     logger.info("Run %s: %s", spec["run"], {k: v for k, v in record.items() if k != "calibrations"})
 
@@ -150,13 +149,13 @@ def _cgrpo_trainer(spec: dict[str, Any], output_dir: Path, delta, initial: dict[
     )
 
 
-def _grpo_trainer(spec: dict[str, Any], output_dir: Path) -> GRPOTrainer:
+def _grpo_trainer(spec: dict[str, Any], output_dir: Path) -> TimedGRPOTrainer:
     torch.manual_seed(spec["seed"])
     task = _task(spec)
     train, _ = _datasets(spec, task)
     args = GRPOConfig(num_generations=int(spec["num_generations"]), **_trainer_options(spec, output_dir))
-    return GRPOTrainer(model=spec["model"], reward_funcs=task.reward_funcs, args=args, train_dataset=train,
-                       peft_config=_peft_config(spec))
+    return TimedGRPOTrainer(model=spec["model"], reward_funcs=task.reward_funcs, args=args, train_dataset=train,
+                            peft_config=_peft_config(spec))
 
 
 def _initial_calibration(spec: dict[str, Any]) -> dict[str, Any]:
@@ -181,7 +180,7 @@ def _steps_table(log_history: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _run_record(spec, trainer, counter: GenerationCounter, wall: float, initial: dict | None) -> dict[str, Any]:
+def _run_record(spec, trainer, wall: float, initial: dict | None) -> dict[str, Any]:
     cgrpo = spec["method"] == "cgrpo"
     width = trainer.args.num_generations
     reference = int(spec.get("reference_budget") or width)
@@ -193,8 +192,9 @@ def _run_record(spec, trainer, counter: GenerationCounter, wall: float, initial:
         tokens, groups = int(totals["train_tokens"]), int(totals["groups"])
         calibrations = [_initial_record(initial), *trainer.calibration_history]
     else:
-        rollouts, tokens, groups = counter.rollouts, counter.tokens, counter.rollouts // width
-        calibrations, lockstep = [], 0
+        totals = trainer.generation_totals
+        rollouts, tokens = int(totals["train_rollouts"]), int(totals["train_tokens"])
+        groups, calibrations, lockstep = rollouts // width, [], 0
     calibration_rollouts = sum(c["rollouts"] for c in calibrations)
     calibration_wall = sum(c["wall_s"] for c in calibrations)
     in_run_calibration = sum(c["wall_s"] for c in calibrations[1:])
@@ -216,8 +216,8 @@ def _run_record(spec, trainer, counter: GenerationCounter, wall: float, initial:
         "train_rollout_savings": 1 - rollouts / (groups * reference),
         "train_rollout_savings_with_calibration": 1 - (rollouts + calibration_rollouts) / (groups * reference),
         "rollouts_per_prompt": (rollouts + calibration_rollouts) / groups,
-        "train_wall_s": wall, "generation_wall_s": counter.seconds,
-        "update_wall_s": wall - counter.seconds - in_run_calibration,
+        "train_wall_s": wall, "generation_wall_s": generation_seconds(trainer),
+        "update_wall_s": wall - generation_seconds(trainer) - in_run_calibration,
         "calibration_wall_s": calibration_wall,
         "total_wall_s": wall + initial_calibration,
         "calibrations": calibrations,

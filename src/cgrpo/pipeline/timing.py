@@ -1,40 +1,37 @@
-"""Wall clock and generated rollouts of a trainer's training-time generation, for either trainer class."""
+"""The fixed-group GRPO baseline, counting its training-time generation the way `CGRPOTrainer` counts its own."""
 
 from __future__ import annotations
 
-import functools
 import time
 
 from trl import GRPOTrainer
 
 
-class GenerationCounter:
-    """Generated (never only kept) training rollouts and tokens, and the wall time spent generating them."""
+class TimedGRPOTrainer(GRPOTrainer):
+    """TRL's `GRPOTrainer` whose `generation_totals` hold what `CGRPOTrainer.cgrpo_totals` holds for C-GRPO.
 
-    def __init__(self):
-        self.rollouts = 0
-        self.tokens = 0
-        self.seconds = 0.0
-
-
-def count_generation(trainer: GRPOTrainer) -> GenerationCounter:
-    """Start counting the training-time calls of `trainer._generate` (evaluation calls are left out).
-
-    Wrapping the instance's `_generate` counts both trainers identically; C-GRPO's `_generate` returns padded
-    groups, so its counts come from `cgrpo_totals` instead and only its time is taken from here.
+    Keys: `train_rollouts` and `train_tokens` generated in training, and `generation_s`, the seconds spent generating
+    them. Evaluation-time generation is left out, as C-GRPO leaves it out.
     """
-    counter = GenerationCounter()
-    generate = trainer._generate
 
-    @functools.wraps(generate)
-    def timed(prompts):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.generation_totals = {"train_rollouts": 0, "train_tokens": 0, "generation_s": 0.0}
+
+    # Why: the baseline's generated rollouts and generation seconds are the costs C-GRPO is compared with, and TRL
+    # reports neither for a run.
+    def _generate(self, prompts: list):
         start = time.perf_counter()
-        result = generate(prompts)
-        if trainer.model.training:
-            counter.seconds += time.perf_counter() - start
-            counter.rollouts += len(result[1])
-            counter.tokens += sum(len(ids) for ids in result[1])
+        result = super()._generate(prompts)
+        if self.model.training:
+            completion_ids = result[1]
+            self.generation_totals["generation_s"] += time.perf_counter() - start
+            self.generation_totals["train_rollouts"] += len(completion_ids)
+            self.generation_totals["train_tokens"] += sum(len(ids) for ids in completion_ids)
         return result
 
-    trainer._generate = timed
-    return counter
+
+def generation_seconds(trainer: GRPOTrainer) -> float:
+    """Seconds a `CGRPOTrainer` or a `TimedGRPOTrainer` spent in training-time generation."""
+    totals = trainer.cgrpo_totals if hasattr(trainer, "cgrpo_totals") else trainer.generation_totals
+    return float(totals["generation_s"])
