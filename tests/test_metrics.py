@@ -1,16 +1,16 @@
-"""Tests for cgrpo.pipeline.metrics on hand-built cases whose answers are derived in comments."""
+"""Tests of the evaluation metrics (accuracy, coverage, costs, statistics, compute matching) and of the dynamic-k
+replay, on hand-built cases whose answers are derived in comments."""
 
 from __future__ import annotations
 
 import math
 import random
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from cgrpo import calibration
-from cgrpo.pipeline import metrics as m
+from cgrpo.pipeline import accuracy, costs, coverage, matching, statistics
 
 # --------------------------------------------------------------------------- #
 # Shared hand-built data
@@ -43,61 +43,61 @@ GRID = [2, 4, 8]
 
 
 def test_is_failed():
-    assert m.is_failed(None) and m.is_failed("")
-    assert not m.is_failed("0") and not m.is_failed(" ")
+    assert accuracy.is_failed(None) and accuracy.is_failed("")
+    assert not accuracy.is_failed("0") and not accuracy.is_failed(" ")
 
 
 def test_majority_answer_basic_and_prefix():
-    assert m.majority_answer(ANSWERS[0], 2) == "4"
+    assert accuracy.majority_answer(ANSWERS[0], 2) == "4"
     # P3 first 4 = ["2","2","1",None] -> "2" (2 votes vs 1); all 8 -> "1" (5 vs 2).
-    assert m.majority_answer(ANSWERS[2], 4) == "2"
-    assert m.majority_answer(ANSWERS[2], 8) == "1"
+    assert accuracy.majority_answer(ANSWERS[2], 4) == "2"
+    assert accuracy.majority_answer(ANSWERS[2], 8) == "1"
 
 
 def test_majority_ties_broken_by_first_appearance():
-    assert m.majority_answer(["7", "3"], 2) == "7"
-    assert m.majority_answer(["3", "7"], 2) == "3"
+    assert accuracy.majority_answer(["7", "3"], 2) == "7"
+    assert accuracy.majority_answer(["3", "7"], 2) == "3"
     # "b" and "a" both have 2 votes; "b" appeared first.
-    assert m.majority_answer(["b", "a", "a", "b", "c"], 5) == "b"
+    assert accuracy.majority_answer(["b", "a", "a", "b", "c"], 5) == "b"
 
 
 def test_majority_failed_extractions_never_win():
     # Three failures outnumber the single "x", but failures never win.
-    assert m.majority_answer([None, "", None, "x"], 4) == "x"
-    assert m.majority_answer([None, "", None], 3) is None
+    assert accuracy.majority_answer([None, "", None, "x"], 4) == "x"
+    assert accuracy.majority_answer([None, "", None], 3) is None
     # Only the first k count: "x" is at position 4.
-    assert m.majority_answer([None, "", None, "x"], 3) is None
+    assert accuracy.majority_answer([None, "", None, "x"], 3) is None
 
 
 def test_majority_answer_rejects_bad_k():
     with pytest.raises(ValueError):
-        m.majority_answer(["a", "b"], 3)
+        accuracy.majority_answer(["a", "b"], 3)
     with pytest.raises(ValueError):
-        m.majority_answer(["a", "b"], 0)
+        accuracy.majority_answer(["a", "b"], 0)
 
 
 def test_maj_at_k_hand_case():
     # k=2: P1 "4" ok; P2 tie 7/3 -> "7" ok; P3 "2" wrong; P4 None wrong -> 2/4.
-    assert m.maj_at_k(ANSWERS, GOLDS, 2) == 0.5
+    assert accuracy.maj_at_k(ANSWERS, GOLDS, 2) == 0.5
     # k=4: P3 still "2" -> 2/4.
-    assert m.maj_at_k(ANSWERS, GOLDS, 4) == 0.5
+    assert accuracy.maj_at_k(ANSWERS, GOLDS, 4) == 0.5
     # k=8: P3 becomes "1" -> 3/4.
-    assert m.maj_at_k(ANSWERS, GOLDS, 8) == 0.75
+    assert accuracy.maj_at_k(ANSWERS, GOLDS, 8) == 0.75
 
 
 def test_maj_at_k_errors():
     with pytest.raises(ValueError):
-        m.maj_at_k(ANSWERS, GOLDS[:3], 2)
+        accuracy.maj_at_k(ANSWERS, GOLDS[:3], 2)
     with pytest.raises(ValueError):
-        m.maj_at_k([], [], 2)
+        accuracy.maj_at_k([], [], 2)
     with pytest.raises(ValueError):
-        m.maj_at_k([["a", "a"]], [None], 2)
+        accuracy.maj_at_k([["a", "a"]], [None], 2)
 
 
 def test_correct_flags():
-    assert m.correct_flags(["1", None, "", "2", "1"], "1") == [True, False, False, False, True]
+    assert accuracy.correct_flags(["1", None, "", "2", "1"], "1") == [True, False, False, False, True]
     with pytest.raises(ValueError):
-        m.correct_flags(["1"], "")
+        accuracy.correct_flags(["1"], "")
 
 
 @pytest.mark.parametrize("n", range(1, 21))
@@ -105,53 +105,53 @@ def test_pass_at_k_matches_combinatorial_formula(n):
     for c in range(n + 1):
         for k in range(1, n + 1):
             expected = 1.0 - math.comb(n - c, k) / math.comb(n, k)
-            assert m.pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+            assert accuracy.pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
 
 
 def test_pass_at_k_large_n_is_stable():
     for n, c, k in [(500, 3, 50), (1000, 1, 1), (2000, 17, 100)]:
         expected = 1.0 - math.comb(n - c, k) / math.comb(n, k)
-        assert m.pass_at_k(n, c, k) == pytest.approx(expected, rel=1e-10)
+        assert accuracy.pass_at_k(n, c, k) == pytest.approx(expected, rel=1e-10)
 
 
 def test_pass_at_k_edge_values():
-    assert m.pass_at_k(8, 0, 4) == 0.0
-    assert m.pass_at_k(8, 8, 1) == 1.0
-    assert m.pass_at_k(8, 5, 4) == 1.0  # n - c = 3 < k: every 4-subset has a hit
-    assert m.pass_at_k(8, 2, 1) == pytest.approx(0.25)  # pass@1 = c / n
+    assert accuracy.pass_at_k(8, 0, 4) == 0.0
+    assert accuracy.pass_at_k(8, 8, 1) == 1.0
+    assert accuracy.pass_at_k(8, 5, 4) == 1.0  # n - c = 3 < k: every 4-subset has a hit
+    assert accuracy.pass_at_k(8, 2, 1) == pytest.approx(0.25)  # pass@1 = c / n
 
 
 @pytest.mark.parametrize("n,c,k", [(0, 0, 1), (4, 5, 1), (4, -1, 1), (4, 2, 0), (4, 2, 5), (4.0, 2, 1)])
 def test_pass_at_k_errors(n, c, k):
     with pytest.raises(ValueError):
-        m.pass_at_k(n, c, k)
+        accuracy.pass_at_k(n, c, k)
 
 
 def test_mean_pass_at_k_and_mean_accuracy_hand_case():
-    correct = [m.correct_flags(a, g) for a, g in zip(ANSWERS, GOLDS)]
+    correct = [accuracy.correct_flags(a, g) for a, g in zip(ANSWERS, GOLDS)]
     assert [sum(f) for f in correct] == [8, 7, 5, 0]
     # pass@1 = mean(c/n) = (8/8 + 7/8 + 5/8 + 0/8) / 4 = 20/32 = 0.625.
-    assert m.mean_pass_at_k(correct, 1) == pytest.approx(0.625)
-    assert m.mean_accuracy(correct) == pytest.approx(0.625)
+    assert accuracy.mean_pass_at_k(correct, 1) == pytest.approx(0.625)
+    assert accuracy.mean_accuracy(correct) == pytest.approx(0.625)
     # pass@2: P1 1; P2 n-c=1<2 -> 1; P3 1 - C(3,2)/C(8,2) = 1 - 3/28 = 25/28; P4 0.
     # Mean = (2 + 25/28) / 4 = 81/112.
-    assert m.mean_pass_at_k(correct, 2) == pytest.approx(81 / 112)
+    assert accuracy.mean_pass_at_k(correct, 2) == pytest.approx(81 / 112)
 
 
 def test_mean_accuracy_weights_prompts_equally():
     # Prompt means 1/2 and 1/1 -> 0.75 (pooled would be 2/3).
-    assert m.mean_accuracy([[True, False], [True]]) == pytest.approx(0.75)
+    assert accuracy.mean_accuracy([[True, False], [True]]) == pytest.approx(0.75)
     with pytest.raises(ValueError):
-        m.mean_accuracy([[True], []])
+        accuracy.mean_accuracy([[True], []])
     with pytest.raises(ValueError):
-        m.mean_accuracy([])
+        accuracy.mean_accuracy([])
 
 
 def test_greedy_accuracy():
     # "4" right, None wrong, "" wrong, "5" right -> 2/4.
-    assert m.greedy_accuracy(["4", None, "", "5"], GOLDS) == 0.5
+    assert accuracy.greedy_accuracy(["4", None, "", "5"], GOLDS) == 0.5
     with pytest.raises(ValueError):
-        m.greedy_accuracy(["4"], GOLDS)
+        accuracy.greedy_accuracy(["4"], GOLDS)
 
 
 # --------------------------------------------------------------------------- #
@@ -167,8 +167,8 @@ def test_dynamic_k_execution_hand_case():
     # C: k=2 score 2/2 > .5; k=4 score 2/4 -> stop at 4.
     # D: never passes -> max(grid) = 8.
     qhat = {2: 0.5, 4: 0.5, 8: 0.5}
-    assert m.dynamic_k("first_success", GRID, qhat, PASSES, None) == [2, 8, 4, 8]
-    summary = m.dynamic_k_summary("first_success", GRID, qhat, PASSES, None)
+    assert calibration.stopping_budgets("first_success", GRID, qhat, PASSES, None) == [2, 8, 4, 8]
+    summary = accuracy.dynamic_k_summary("first_success", GRID, qhat, PASSES, None)
     # Pass among first chosen k: A yes, B yes, C yes, D no -> 3/4; mean k = 22/4.
     assert summary["accuracy"] == 0.75
     assert summary["mean_k"] == 5.5
@@ -183,7 +183,7 @@ def test_dynamic_k_aps_hand_case():
     # P1: k=2 "4" x2 -> stop 2.  P2: k=2 "7","3" -> no; k=4 "7" x3 -> stop 4.
     # P3: k=2 "2" x2 -> stop 2 (confidently wrong).  P4: nothing extracted -> 8.
     qhat = {2: 0.75, 4: 0.75, 8: 0.75}
-    summary = m.dynamic_k_summary("aps", GRID, qhat, ANSWERS, random.Random(0), golds=GOLDS)
+    summary = accuracy.dynamic_k_summary("aps", GRID, qhat, ANSWERS, random.Random(0), golds=GOLDS)
     assert summary["chosen_k"] == [2, 4, 2, 8]
     # Majority at chosen k: P1 "4" ok, P2 "7" ok, P3 "2" wrong, P4 None wrong.
     assert summary["accuracy"] == 0.5
@@ -196,30 +196,30 @@ def test_dynamic_k_aps_failed_extractions_do_not_stop_early():
     # k=4: "9" holds 3/4 -> stop at 4.
     answers = [["9", None, "9", "9", "9", "9", "9", "9"]]
     qhat = {2: 0.75, 4: 0.75, 8: 0.75}
-    assert m.dynamic_k("aps", GRID, qhat, answers, random.Random(0)) == [4]
+    assert calibration.stopping_budgets("aps", GRID, qhat, answers, random.Random(0)) == [4]
 
 
 def test_dynamic_k_always_agree_stops_at_first_budget():
     grid = [2, 4, 8, 16, 32]
     qhat = {k: 1.0 for k in grid}
     agree = [["x"] * 32, ["y"] * 32]
-    assert m.dynamic_k("aps", grid, qhat, agree, random.Random(1)) == [2, 2]
+    assert calibration.stopping_budgets("aps", grid, qhat, agree, random.Random(1)) == [2, 2]
     all_pass = [[True] * 32] * 3
     # first_success = 1/2 <= 0.5 at k=2.
-    assert m.dynamic_k("first_success", grid, {k: 0.5 for k in grid}, all_pass, None) == [2, 2, 2]
+    assert calibration.stopping_budgets("first_success", grid, {k: 0.5 for k in grid}, all_pass, None) == [2, 2, 2]
     # pass_rate = 1 - 2/2 = 0 <= 0 at k=2.
-    assert m.dynamic_k("pass_rate", grid, {k: 0.0 for k in grid}, all_pass, None) == [2, 2, 2]
+    assert calibration.stopping_budgets("pass_rate", grid, {k: 0.0 for k in grid}, all_pass, None) == [2, 2, 2]
 
 
 def test_dynamic_k_all_failed_goes_to_max():
     grid = [2, 4, 8, 16, 32]
     qhat = {k: 1.0 for k in grid}
     failed = [[None] * 32, [""] * 32]
-    assert m.dynamic_k("aps", grid, qhat, failed, random.Random(2)) == [32, 32]
+    assert calibration.stopping_budgets("aps", grid, qhat, failed, random.Random(2)) == [32, 32]
     # Even with qhat = 1 an all-fail prefix must not stop.
     for score in ("first_success", "pass_rate"):
-        assert m.dynamic_k(score, grid, qhat, [[False] * 32], None) == [32]
-    summary = m.dynamic_k_summary("first_success", grid, qhat, [[False] * 32], None)
+        assert calibration.stopping_budgets(score, grid, qhat, [[False] * 32], None) == [32]
+    summary = accuracy.dynamic_k_summary("first_success", grid, qhat, [[False] * 32], None)
     assert summary["histogram"] == {2: 0, 4: 0, 8: 0, 16: 0, 32: 1}
     assert summary["accuracy"] == 0.0
 
@@ -229,8 +229,8 @@ def test_dynamic_k_is_reproducible_with_seeded_rng():
     gen = random.Random(123)
     answers = [[gen.choice("ab") for _ in range(8)] for _ in range(30)]
     qhat = {2: 0.5, 4: 0.5, 8: 0.5}
-    first = m.dynamic_k("aps", GRID, qhat, answers, random.Random(7))
-    second = m.dynamic_k("aps", GRID, qhat, answers, random.Random(7))
+    first = calibration.stopping_budgets("aps", GRID, qhat, answers, random.Random(7))
+    second = calibration.stopping_budgets("aps", GRID, qhat, answers, random.Random(7))
     assert first == second
 
 
@@ -238,25 +238,25 @@ def test_dynamic_k_matches_stopping_budget():
     rng_a, rng_b = random.Random(5), random.Random(5)
     qhat = {2: 0.6, 4: 0.6, 8: 0.6}
     expected = [calibration.stopping_budget("aps", GRID, qhat, a, rng=rng_b) for a in ANSWERS]
-    assert m.dynamic_k("aps", GRID, qhat, ANSWERS, rng_a) == expected
+    assert calibration.stopping_budgets("aps", GRID, qhat, ANSWERS, rng_a) == expected
 
 
 def test_dynamic_k_errors():
     qhat = {2: 0.5, 4: 0.5, 8: 0.5}
     with pytest.raises(ValueError):
-        m.dynamic_k("entropy", GRID, qhat, PASSES, None)
+        calibration.stopping_budgets("entropy", GRID, qhat, PASSES, None)
     with pytest.raises(ValueError):
-        m.dynamic_k("first_success", GRID, {2: 0.5}, PASSES, None)
+        calibration.stopping_budgets("first_success", GRID, {2: 0.5}, PASSES, None)
     with pytest.raises(ValueError):
-        m.dynamic_k("first_success", GRID, qhat, [[True] * 4], None)
+        calibration.stopping_budgets("first_success", GRID, qhat, [[True] * 4], None)
     with pytest.raises(ValueError):
-        m.dynamic_k("first_success", [2, 2, 4], qhat, PASSES, None)
+        calibration.stopping_budgets("first_success", [2, 2, 4], qhat, PASSES, None)
     with pytest.raises(ValueError):
-        m.dynamic_k("first_success", GRID, qhat, [], None)
+        calibration.stopping_budgets("first_success", GRID, qhat, [], None)
     with pytest.raises(ValueError):
-        m.dynamic_k_summary("aps", GRID, qhat, ANSWERS, random.Random(0))  # no golds
+        accuracy.dynamic_k_summary("aps", GRID, qhat, ANSWERS, random.Random(0))  # no golds
     with pytest.raises(ValueError):
-        m.dynamic_k_summary("aps", GRID, qhat, ANSWERS, random.Random(0), golds=GOLDS[:2])
+        accuracy.dynamic_k_summary("aps", GRID, qhat, ANSWERS, random.Random(0), golds=GOLDS[:2])
 
 
 # --------------------------------------------------------------------------- #
@@ -279,7 +279,7 @@ def test_eval_scores_fixture_matches_calibration():
 
 def test_coverage_at_k_band_arithmetic():
     # qhat 0.5 at k=4 covers A (.25) and C (.5, inclusive) -> 2/4.
-    c = m.coverage_at_k(EVAL_SCORES[4], 0.5, delta=0.2, n_cal=9)
+    c = coverage.coverage_at_k(EVAL_SCORES[4], 0.5, delta=0.2, n_cal=9)
     assert c["coverage"] == 0.5
     assert c["n_covered"] == 2 and c["n_eval"] == 4
     assert c["nominal"] == pytest.approx(0.8)
@@ -291,47 +291,33 @@ def test_coverage_at_k_band_arithmetic():
 
 def test_coverage_band_clipped_and_clamped():
     # 1 - .05 + 1/(4+1) = 1.15 -> clipped to 1; ceil(5 * .95) = 5 > 4 -> clamped.
-    c = m.coverage_at_k([0.1, 0.2], 0.5, delta=0.05, n_cal=4)
+    c = coverage.coverage_at_k([0.1, 0.2], 0.5, delta=0.05, n_cal=4)
     assert c["band_high"] == 1.0
     assert c["band_valid"] is False
     # n_cal = 19, delta = .05: ceil(20 * .95) = 19 <= 19 -> applies.
-    assert m.coverage_at_k([0.1], 0.5, delta=0.05, n_cal=19)["band_valid"] is True
+    assert coverage.coverage_at_k([0.1], 0.5, delta=0.05, n_cal=19)["band_valid"] is True
 
 
 def test_clopper_pearson_closed_forms_and_containment():
     # 0 of 4 covered: exact interval [0, 1 - 0.025**(1/4)] = [0, 0.60236...].
-    c0 = m.coverage_at_k([1.0] * 4, 0.5, 0.1, 50)
+    c0 = coverage.coverage_at_k([1.0] * 4, 0.5, 0.1, 50)
     assert c0["coverage"] == 0.0
     assert c0["ci_low"] == 0.0
     assert c0["ci_high"] == pytest.approx(1 - 0.025 ** 0.25)
     # 4 of 4 covered: [0.025**(1/4), 1] = [0.39764..., 1].
-    c4 = m.coverage_at_k([0.0] * 4, 0.5, 0.1, 50)
+    c4 = coverage.coverage_at_k([0.0] * 4, 0.5, 0.1, 50)
     assert c4["ci_low"] == pytest.approx(0.025 ** 0.25)
     assert c4["ci_high"] == 1.0
     for n_cov in range(0, 11):
-        c = m.coverage_at_k([0.0] * n_cov + [1.0] * (10 - n_cov), 0.5, 0.1, 50)
+        c = coverage.coverage_at_k([0.0] * n_cov + [1.0] * (10 - n_cov), 0.5, 0.1, 50)
         assert c["ci_low"] <= c["coverage"] <= c["ci_high"]
-
-
-def test_coverage_table_hand_case():
-    qhat = {2: 0.5, 4: 0.5, 8: 0.5}
-    table = m.coverage_table(EVAL_SCORES, qhat, delta=0.2, n_cal=9)
-    assert isinstance(table, pd.DataFrame)
-    assert list(table["budget k"]) == [2, 4, 8]
-    # k=2: only A (.5) -> 1/4; k=4: A, C -> 2/4; k=8: A, B, C -> 3/4.
-    assert list(table["coverage"]) == [0.25, 0.5, 0.75]
-    assert list(table["eval prompts"]) == [4, 4, 4]
-    assert list(table["theoretical band low"]) == pytest.approx([0.8] * 3)
-    assert list(table["theoretical band high"]) == pytest.approx([0.9] * 3)
-    for col in ("95% CI low (Clopper-Pearson)", "95% CI high (Clopper-Pearson)", "nominal coverage (1 - delta)"):
-        assert col in table.columns
 
 
 def test_post_selection_coverage_hand_case():
     # Chosen k from test_dynamic_k_execution_hand_case: [2, 8, 4, 8].
     # A at 2: .5 <= .5 ok; B at 8: .375 ok; C at 4: .5 ok; D at 8: 1 > .5 -> 3/4.
     qhat = {2: 0.5, 4: 0.5, 8: 0.5}
-    post = m.post_selection_coverage(EVAL_SCORES, qhat, [2, 8, 4, 8])
+    post = coverage.post_selection_coverage(EVAL_SCORES, qhat, [2, 8, 4, 8])
     assert post["coverage_post_selection"] == 0.75
     assert post["n_covered"] == 3 and post["n_eval"] == 4
     assert post["covered_by_theorem"] is False
@@ -341,25 +327,21 @@ def test_post_selection_coverage_hand_case():
 
 def test_coverage_errors():
     with pytest.raises(ValueError):
-        m.coverage_at_k([], 0.5, 0.1, 10)
+        coverage.coverage_at_k([], 0.5, 0.1, 10)
     with pytest.raises(ValueError):
-        m.coverage_at_k([0.1, float("nan")], 0.5, 0.1, 10)
+        coverage.coverage_at_k([0.1, float("nan")], 0.5, 0.1, 10)
     with pytest.raises(ValueError):
-        m.coverage_at_k([0.1], 0.5, 1.0, 10)
+        coverage.coverage_at_k([0.1], 0.5, 1.0, 10)
     with pytest.raises(ValueError):
-        m.coverage_at_k([0.1], 0.5, 0.1, 0)
+        coverage.coverage_at_k([0.1], 0.5, 0.1, 0)
     with pytest.raises(ValueError):
-        m.coverage_at_k([0.1], float("nan"), 0.1, 10)
+        coverage.coverage_at_k([0.1], float("nan"), 0.1, 10)
     with pytest.raises(ValueError):
-        m.coverage_table(EVAL_SCORES, {2: 0.5}, 0.1, 10)
+        coverage.post_selection_coverage(EVAL_SCORES, {2: 0.5, 4: 0.5, 8: 0.5}, [2, 16, 4, 8])
     with pytest.raises(ValueError):
-        m.coverage_table({}, {}, 0.1, 10)
+        coverage.post_selection_coverage(EVAL_SCORES, {2: 0.5, 4: 0.5, 8: 0.5}, [2, 8])
     with pytest.raises(ValueError):
-        m.post_selection_coverage(EVAL_SCORES, {2: 0.5, 4: 0.5, 8: 0.5}, [2, 16, 4, 8])
-    with pytest.raises(ValueError):
-        m.post_selection_coverage(EVAL_SCORES, {2: 0.5, 4: 0.5, 8: 0.5}, [2, 8])
-    with pytest.raises(ValueError):
-        m.post_selection_coverage(EVAL_SCORES, {2: 0.5, 4: 0.5, 8: 0.5}, [])
+        coverage.post_selection_coverage(EVAL_SCORES, {2: 0.5, 4: 0.5, 8: 0.5}, [])
 
 
 # --------------------------------------------------------------------------- #
@@ -371,31 +353,30 @@ def test_savings_formulas():
     # 3 steps x 8 groups, k_max = 8: fixed-G cost = 24 * 8 = 192 rollouts.
     # Generated per step 40 + 24 + 32 = 96 -> savings 1 - 96/192 = 0.5.
     steps = [40, 24, 32]
-    assert m.rollouts_generated(steps) == 96
-    assert m.rollout_savings(steps, [8, 8, 8], 8) == 0.5
-    assert m.rollout_savings(96, 24, 8) == 0.5
+    assert costs.rollout_savings(steps, [8, 8, 8], 8) == 0.5
+    assert costs.rollout_savings(96, 24, 8) == 0.5
     # Plus 48 calibration rollouts: 1 - 144/192 = 0.25; per prompt 144/24 = 6.
-    assert m.rollout_savings_with_calibration(steps, 48, 24, 8) == 0.25
-    assert m.rollouts_per_prompt(steps, 48, 24) == 6.0
+    assert costs.rollout_savings_with_calibration(steps, 48, 24, 8) == 0.25
+    assert costs.rollouts_per_prompt(steps, 48, 24) == 6.0
     # Calibration can cost more than training saved: 1 - 296/192 = -104/192.
-    assert m.rollout_savings_with_calibration(96, 200, 24, 8) == pytest.approx(-104 / 192)
+    assert costs.rollout_savings_with_calibration(96, 200, 24, 8) == pytest.approx(-104 / 192)
     # Nothing saved when every group used the full budget.
-    assert m.rollout_savings(192, 24, 8) == 0.0
+    assert costs.rollout_savings(192, 24, 8) == 0.0
 
 
 def test_cost_errors():
     with pytest.raises(ValueError):
-        m.rollout_savings(10, 0, 8)
+        costs.rollout_savings(10, 0, 8)
     with pytest.raises(ValueError):
-        m.rollout_savings(-1, 2, 8)
+        costs.rollout_savings(-1, 2, 8)
     with pytest.raises(ValueError):
-        m.rollout_savings(10, 2, 0)
+        costs.rollout_savings(10, 2, 0)
     with pytest.raises(ValueError):
-        m.rollout_savings(10.5, 2, 8)
+        costs.rollout_savings(10.5, 2, 8)
     with pytest.raises(ValueError):
-        m.rollouts_generated([3, -2])
+        costs.rollout_savings([3, -2], 2, 8)
     with pytest.raises(ValueError):
-        m.rollouts_per_prompt(10, 0, [])
+        costs.rollouts_per_prompt(10, 0, [])
 
 
 @pytest.mark.parametrize(
@@ -412,20 +393,20 @@ def test_cost_errors():
     ],
 )
 def test_nearest_admissible_g(target, batch, allowed_min, expected):
-    assert m.nearest_admissible_g(target, batch, allowed_min) == expected
+    assert matching.nearest_admissible_g(target, batch, allowed_min) == expected
 
 
 def test_nearest_admissible_g_errors():
     with pytest.raises(ValueError):
-        m.nearest_admissible_g(4, 1)  # no divisor >= 2
+        matching.nearest_admissible_g(4, 1)  # no divisor >= 2
     with pytest.raises(ValueError):
-        m.nearest_admissible_g(0, 16)
+        matching.nearest_admissible_g(0, 16)
     with pytest.raises(ValueError):
-        m.nearest_admissible_g(float("nan"), 16)
+        matching.nearest_admissible_g(float("nan"), 16)
     with pytest.raises(ValueError):
-        m.nearest_admissible_g(4, 0)
+        matching.nearest_admissible_g(4, 0)
     with pytest.raises(ValueError):
-        m.nearest_admissible_g(4, 16, allowed_min=0)
+        matching.nearest_admissible_g(4, 16, allowed_min=0)
 
 
 # --------------------------------------------------------------------------- #
@@ -436,48 +417,49 @@ def test_nearest_admissible_g_errors():
 def test_mean_ci_hand_case():
     # [1, 2, 3]: mean 2, sd 1, se 1/sqrt(3); t_{.975, 2} = 4.302653 (tables),
     # half-width 4.302653 / 1.732051 = 2.484138.
-    mean, lo, hi = m.mean_ci([1.0, 2.0, 3.0])
+    mean, lo, hi = statistics.mean_ci([1.0, 2.0, 3.0])
     assert mean == 2.0
     assert lo == pytest.approx(2.0 - 2.484138, abs=1e-5)
     assert hi == pytest.approx(2.0 + 2.484138, abs=1e-5)
 
 
 def test_mean_ci_single_and_constant():
-    mean, lo, hi = m.mean_ci([0.7])
+    mean, lo, hi = statistics.mean_ci([0.7])
     assert mean == 0.7 and math.isnan(lo) and math.isnan(hi)
-    assert m.mean_ci([0.5, 0.5, 0.5]) == (0.5, 0.5, 0.5)
-    assert m.mean_ci(pd.Series([1.0, 3.0]))[0] == 2.0
+    assert statistics.mean_ci([0.5, 0.5, 0.5]) == (0.5, 0.5, 0.5)
+    assert statistics.mean_ci(pd.Series([1.0, 3.0]))[0] == 2.0
 
 
 def test_mean_ci_errors():
     with pytest.raises(ValueError):
-        m.mean_ci([])
+        statistics.mean_ci([])
     with pytest.raises(ValueError):
-        m.mean_ci([1.0, float("nan")])
+        statistics.mean_ci([1.0, float("nan")])
     with pytest.raises(ValueError):
-        m.mean_ci([1.0, 2.0], confidence=1.0)
+        statistics.mean_ci([1.0, 2.0], confidence=1.0)
 
 
 def test_paired_difference_ci():
     # Differences by seed: seed 0: .6-.5 = .1, seed 1: .7-.7 = 0, seed 2: .9-.7 = .2 -> mean .1.
     treat = pd.Series([0.6, 0.7, 0.9], index=[0, 1, 2])
     base = pd.Series([0.7, 0.5, 0.7], index=[2, 0, 1])  # shuffled: pairing is by seed
-    mean, lo, hi = m.paired_difference_ci(treat, base)
+    mean, lo, hi = statistics.paired_difference_ci(treat, base)
     assert mean == pytest.approx(0.1)
     # sd of [.1, 0, .2] = .1 -> half-width 2.484138 * .1.
     assert hi - mean == pytest.approx(0.2484138, abs=1e-5)
-    assert m.paired_difference_ci([1.0, 2.0], [0.5, 1.5])[0] == pytest.approx(0.5)
+    assert statistics.paired_difference_ci([1.0, 2.0], [0.5, 1.5])[0] == pytest.approx(0.5)
     with pytest.raises(ValueError):
-        m.paired_difference_ci(treat, pd.Series([0.1, 0.2, 0.3], index=[0, 1, 5]))
+        statistics.paired_difference_ci(treat, pd.Series([0.1, 0.2, 0.3], index=[0, 1, 5]))
     with pytest.raises(ValueError):
-        m.paired_difference_ci([1.0, 2.0], [1.0])
+        statistics.paired_difference_ci([1.0, 2.0], [1.0])
 
 
-def test_metrics_module_is_torch_free():
+@pytest.mark.parametrize("module", [accuracy, costs, coverage, matching, statistics], ids=lambda m: m.__name__)
+def test_metric_modules_are_torch_free(module):
     import ast
     import inspect
 
-    tree = ast.parse(inspect.getsource(m))
+    tree = ast.parse(inspect.getsource(module))
     imported = {
         alias.name.split(".")[0]
         for node in ast.walk(tree)
@@ -485,4 +467,3 @@ def test_metrics_module_is_torch_free():
         for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
     }
     assert "torch" not in imported
-    assert np is not None  # numpy is the array backend

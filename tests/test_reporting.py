@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from cgrpo.pipeline import plots, reporting
-from cgrpo.pipeline.metrics import mean_ci, nearest_admissible_g
+from cgrpo.pipeline.matching import match_group_size, nearest_admissible_g
+from cgrpo.pipeline.statistics import mean_ci
 
 SEEDS = [0, 1, 2]
 GRID = [2, 4, 8, 16, 32]
@@ -116,7 +117,7 @@ def write_experiment(root) -> dict[str, list[str]]:
         paths["evals"].append(_write_json(root / "eval" / f"{record['run']}.json", evaluation))
     paths["evals"].append(_write_json(root / "eval" / "base.json", _eval_record("base", 0.30)))
     cgrpo_runs = [path for path in paths["runs"] if "/cgrpo_" in path]
-    matched = reporting.match_group_size(cgrpo_runs, BATCH)
+    matched = match_group_size(cgrpo_runs, BATCH)
     paths["matched"].append(_write_json(root / "matched" / "g2-4-8-16-32_dauto_r10.json", matched))
     return paths
 
@@ -313,7 +314,7 @@ def test_build_tables_refuses_steps_without_run(experiment, tmp_path):
 
 def test_match_group_size(experiment):
     runs = [path for path in experiment["runs"] if "/cgrpo_" in path]
-    matched = reporting.match_group_size(runs, BATCH)
+    matched = match_group_size(runs, BATCH)
     target = np.mean(ROLLOUTS["cgrpo"])
     assert matched["rollouts_per_prompt"] == pytest.approx(target)
     assert matched["num_generations"] == nearest_admissible_g(target, BATCH) == 12
@@ -322,9 +323,9 @@ def test_match_group_size(experiment):
 
 def test_match_group_size_needs_one_cgrpo_setting(experiment):
     with pytest.raises(ValueError, match="one setting"):
-        reporting.match_group_size(experiment["runs"][:2], BATCH)
+        match_group_size(experiment["runs"][:2], BATCH)
     with pytest.raises(ValueError, match="No run.json"):
-        reporting.match_group_size([], BATCH)
+        match_group_size([], BATCH)
 
 
 # --------------------------------------------------------------------------- output

@@ -41,7 +41,9 @@ __all__ = [
     "example_scores",
     "fit_thresholds",
     "should_stop",
+    "sorted_grid",
     "stopping_budget",
+    "stopping_budgets",
 ]
 
 SCORES = ("aps", "first_success", "pass_rate")
@@ -97,7 +99,8 @@ def _check_score(score: str) -> None:
         raise ValueError(f"Unknown score {score!r}; use one of {', '.join(SCORES)}.")
 
 
-def _sorted_grid(grid: Sequence[int]) -> list[int]:
+def sorted_grid(grid: Sequence[int]) -> list[int]:
+    """The budgets of ``grid`` in ascending order; raises ValueError on an empty grid, a repeat or a non-positive one."""
     budgets = list(grid)
     if not budgets:
         raise ValueError("grid is empty; pass at least one rollout budget, e.g. [2, 4, 8].")
@@ -145,7 +148,7 @@ def example_scores(
             the largest budget, or a missing gold/rng for ``"aps"``.
     """
     _check_score(score)
-    budgets = _sorted_grid(grid)
+    budgets = sorted_grid(grid)
     _check_outcomes(outcomes, budgets[-1])
     _check_aps_args(score, rng)
     if score == "aps":
@@ -176,7 +179,7 @@ def calibration_scores(
             golds or a different number of golds than examples.
     """
     _check_score(score)
-    budgets = _sorted_grid(grid)
+    budgets = sorted_grid(grid)
     _check_aps_args(score, rng)
     examples = list(outcomes_per_example)
     if score == "aps":
@@ -220,7 +223,7 @@ def fit_thresholds(
     """
     if not scores_by_k:
         raise ValueError("scores_by_k is empty; pass {budget: [score per example]} from calibration_scores.")
-    budgets = _sorted_grid(list(scores_by_k))
+    budgets = sorted_grid(list(scores_by_k))
     columns = {k: [float(s) for s in scores_by_k[k]] for k in budgets}
     n = len(columns[budgets[0]])
     if any(len(col) != n for col in columns.values()):
@@ -317,7 +320,7 @@ def stopping_budget(
             missing rng for ``"aps"``.
     """
     _check_score(score)
-    budgets = _sorted_grid(grid)
+    budgets = sorted_grid(grid)
     missing = [k for k in budgets if k not in qhat]
     if missing:
         raise ValueError(f"qhat has no threshold for budgets {missing}; fit thresholds on the same grid.")
@@ -327,3 +330,23 @@ def stopping_budget(
         if should_stop(score, k, qhat[k], outcomes, rng):
             return k
     return budgets[-1]
+
+
+def stopping_budgets(
+    score: str,
+    grid: Sequence[int],
+    qhat: Mapping[int, float],
+    outcomes_per_prompt: Sequence[Sequence],
+    rng: random.Random | None = None,
+) -> list[int]:
+    """:func:`stopping_budget` of every prompt: the budget the trainer's rule picks on prefixes of its outcomes.
+
+    This is how the evaluation replays the trainer's incremental sampling on ``max(grid)`` samples per prompt. For
+    ``"aps"`` the ``rng`` is consumed prompt by prompt, in order, so a seeded generator reproduces the choices.
+
+    Raises:
+        ValueError: as :func:`stopping_budget`, or if ``outcomes_per_prompt`` is empty.
+    """
+    if not outcomes_per_prompt:
+        raise ValueError("outcomes_per_prompt is empty; pass the outcomes of at least one prompt.")
+    return [stopping_budget(score, grid, qhat, outcomes, rng) for outcomes in outcomes_per_prompt]

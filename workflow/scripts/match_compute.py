@@ -5,7 +5,7 @@ import logging
 from pathlib import Path
 
 from cgrpo.pipeline.logs import log_to_file
-from cgrpo.pipeline.reporting import match_group_size
+from cgrpo.pipeline.matching import match_group_size
 
 log_to_file(snakemake.log[0])
 

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from . import metrics
+from .accuracy import correct_flags, dynamic_k_summary, greedy_accuracy, maj_at_k, mean_accuracy, mean_pass_at_k
+from .coverage import coverage_at_k, post_selection_coverage
 from ..calibration import Thresholds, calibration_scores, fit_thresholds
 from .sampling import generate_completions
 from .splits import load_split
@@ -38,7 +39,7 @@ def evaluate_model(spec: dict[str, Any], out_path: str | Path) -> None:
     greedy = [task.extract(texts[0]) for texts in sample(eval_set["prompt"], "greedy", greedy=True)]
     eval_answers = _answers(task, sample(eval_set["prompt"], "eval"))
     calibration_answers = _answers(task, sample(calibration_set["prompt"], "calibration"))
-    record = {"run": spec["run"], "eval_greedy_acc": metrics.greedy_accuracy(greedy, eval_golds)}
+    record = {"run": spec["run"], "eval_greedy_acc": greedy_accuracy(greedy, eval_golds)}
     record.update(fixed_k_metrics(eval_answers, eval_golds, settings["budget_grid"]))
     record.update(conformal_metrics(eval_answers, eval_golds, calibration_answers, calibration_golds, settings,
                                     spec["seed"]))
@@ -49,13 +50,13 @@ def evaluate_model(spec: dict[str, Any], out_path: str | Path) -> None:
 
 def fixed_k_metrics(answers: list[list[str | None]], golds: list[str], grid: list[int]) -> dict[str, Any]:
     """maj@k and pass@k for every budget of the grid, and mean single-sample accuracy over all samples."""
-    correct = [metrics.correct_flags(row, gold) for row, gold in zip(answers, golds)]
+    correct = [correct_flags(row, gold) for row, gold in zip(answers, golds)]
     largest = max(grid)
     return {
-        "eval_maj_acc": metrics.maj_at_k(answers, golds, largest),
-        "maj_at_k": {k: metrics.maj_at_k(answers, golds, k) for k in grid},
-        "pass_at_k": {k: metrics.mean_pass_at_k(correct, k) for k in grid},
-        "mean_at_k": metrics.mean_accuracy(correct),
+        "eval_maj_acc": maj_at_k(answers, golds, largest),
+        "maj_at_k": {k: maj_at_k(answers, golds, k) for k in grid},
+        "pass_at_k": {k: mean_pass_at_k(correct, k) for k in grid},
+        "mean_at_k": mean_accuracy(correct),
     }
 
 
@@ -73,13 +74,13 @@ def conformal_metrics(answers, golds, calibration_answers, calibration_golds, se
     stopping_rng = _rng(seed, "dynamic-k-aps")
     conformal, coverage = [], []
     for mode, thresholds in _threshold_sets(calibration, settings).items():
-        summary = metrics.dynamic_k_summary("aps", grid, thresholds.qhat, answers, stopping_rng, golds)
-        post = metrics.post_selection_coverage(eval_scores, thresholds.qhat, summary["chosen_k"])
+        summary = dynamic_k_summary("aps", grid, thresholds.qhat, answers, stopping_rng, golds)
+        post = post_selection_coverage(eval_scores, thresholds.qhat, summary["chosen_k"])
         conformal.append({"delta_mode": mode, "delta": thresholds.delta, "n_calibration": thresholds.n_calibration,
                           "qhat": thresholds.qhat, "accuracy": summary["accuracy"], "mean_k": summary["mean_k"],
                           "histogram": summary["histogram"], "coverage_post_selection": post["coverage_post_selection"]})
         for k in grid:
-            row = metrics.coverage_at_k(eval_scores[k], thresholds.qhat[k], thresholds.delta, thresholds.n_calibration)
+            row = coverage_at_k(eval_scores[k], thresholds.qhat[k], thresholds.delta, thresholds.n_calibration)
             # qhat = 1 covers every prompt by construction; the coverage of the other budgets is the test.
             coverage.append({"delta_mode": mode, "k": k, "qhat": thresholds.qhat[k], **row})
     return {"conformal": conformal, "coverage": coverage}

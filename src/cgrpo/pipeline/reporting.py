@@ -2,7 +2,7 @@
 
 Inputs are each training run's ``run.json`` and ``steps.csv`` (see :func:`cgrpo.pipeline.runs.train_run`), each
 evaluated model's eval JSON (see :func:`cgrpo.pipeline.evaluation.evaluate_model`, the base model's run is
-``"base"``) and the compute-matching records of :func:`match_group_size`. Every table is a
+``"base"``) and the compute-matching records of :func:`cgrpo.pipeline.matching.match_group_size`. Every table is a
 ``pandas.DataFrame``; :func:`write_table` saves one as CSV and as GitHub-readable markdown.
 
 Tables:
@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from .metrics import mean_ci, nearest_admissible_g, paired_difference_ci
+from .statistics import mean_ci, paired_difference_ci
 
 __all__ = [
     "BY_METHOD_METRICS",
@@ -39,8 +39,8 @@ __all__ = [
     "coverage_table",
     "delta_sweep_table",
     "format_delta",
+    "load_json",
     "markdown",
-    "match_group_size",
     "paired_table",
     "setting_label",
     "steps_table",
@@ -129,7 +129,8 @@ def setting_label(record: Mapping[str, Any]) -> str:
 # --------------------------------------------------------------------------- loading
 
 
-def _load_json(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+def load_json(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """The JSON records of ``paths``, in order."""
     return [json.loads(Path(path).read_text()) for path in paths]
 
 
@@ -236,7 +237,7 @@ def by_method_table(summary: pd.DataFrame, metrics: Mapping[str, str] = BY_METHO
 
     ``metrics`` maps summary columns to the plain-language column names used here; each gets a mean
     column and ``95% CI low`` / ``95% CI high`` columns (Student t, via
-    :func:`cgrpo.pipeline.metrics.mean_ci`; empty with a single seed).
+    :func:`cgrpo.pipeline.statistics.mean_ci`; empty with a single seed).
     """
     rows = []
     for (method, setting), group in summary.groupby(["method", "setting"], sort=False):
@@ -268,9 +269,9 @@ def paired_table(
     """C-GRPO minus GRPO, seed by seed, for each C-GRPO setting and each of its baselines.
 
     Baselines of a C-GRPO setting are every fixed-G GRPO setting plus the compute-matched GRPO
-    whose ``matched`` record (from :func:`match_group_size`) names that setting. Only seeds run by
+    whose ``matched`` record (from :func:`cgrpo.pipeline.matching.match_group_size`) names that setting. Only seeds run by
     both sides are paired. Each metric gets the mean difference and its 95% interval
-    (:func:`cgrpo.pipeline.metrics.paired_difference_ci`).
+    (:func:`cgrpo.pipeline.statistics.paired_difference_ci`).
     """
     rows = []
     cgrpo = summary[summary["method"] == "cgrpo"]
@@ -436,32 +437,6 @@ def calibrations_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-# --------------------------------------------------------------------------- compute matching
-
-
-def match_group_size(run_files: Sequence[str | Path], batch_size: int) -> dict[str, Any]:
-    """The fixed G whose generated rollouts per prompt match one C-GRPO setting's.
-
-    ``run_files`` are the ``run.json`` of every seed of one C-GRPO setting. The target is their mean
-    ``rollouts_per_prompt`` (calibration included) and G the admissible group size closest to it
-    (:func:`cgrpo.pipeline.metrics.nearest_admissible_g`: a divisor of ``batch_size``, at least 2).
-    """
-    records = _load_json(run_files)
-    if not records:
-        raise ValueError("No run.json given; pass the C-GRPO runs of one setting.")
-    settings = {setting_label(record) for record in records}
-    if len(settings) != 1 or any(record["method"] != "cgrpo" for record in records):
-        raise ValueError(f"Compute matching needs the C-GRPO runs of one setting, got settings {sorted(settings)}.")
-    target = sum(record["rollouts_per_prompt"] for record in records) / len(records)
-    return {
-        "setting": settings.pop(),
-        "runs": [record["run"] for record in records],
-        "rollouts_per_prompt": target,
-        "batch_size": int(batch_size),
-        "num_generations": nearest_admissible_g(target, int(batch_size)),
-    }
-
-
 # --------------------------------------------------------------------------- all tables and output
 
 
@@ -478,14 +453,14 @@ def build_tables(
     the compute-matching records. Returns the tables ``summary``, ``by_method``, ``paired``,
     ``coverage``, ``conformal``, ``delta_sweep``, ``steps`` and ``calibrations``.
     """
-    run_records = _load_json(runs)
+    run_records = load_json(runs)
     folders = {Path(path).parent: record["run"] for path, record in zip(runs, run_records)}
     missing = [str(path) for path in steps if Path(path).parent not in folders]
     if missing:
         raise ValueError(f"steps files {missing} have no run.json in their folder; pass both files of each run.")
     step_logs = {folders[Path(path).parent]: pd.read_csv(path) for path in steps}
-    eval_records = _load_json(evals)
-    matched_records = _load_json(matched)
+    eval_records = load_json(evals)
+    matched_records = load_json(matched)
     summary = summary_table(run_records, eval_records)
     conformal = conformal_table(eval_records, summary)
     calibrations = calibrations_table(run_records)

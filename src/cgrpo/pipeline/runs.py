@@ -19,6 +19,7 @@ from trl import GRPOConfig
 
 from ..calibration import fit_thresholds
 from ..config import CGRPOConfig
+from .costs import rollout_savings, rollout_savings_with_calibration, rollouts_per_prompt
 from .splits import load_split
 from .tasks import get_task
 from .timing import TimedGRPOTrainer, generation_seconds
@@ -213,9 +214,11 @@ def _run_record(spec, trainer, wall: float, initial: dict | None) -> dict[str, A
         "calibration_rollouts_generated": calibration_rollouts,
         "calibration_tokens_generated": sum(c["tokens"] for c in calibrations),
         "train_mean_k": rollouts / groups,
-        "train_rollout_savings": 1 - rollouts / (groups * reference),
-        "train_rollout_savings_with_calibration": 1 - (rollouts + calibration_rollouts) / (groups * reference),
-        "rollouts_per_prompt": (rollouts + calibration_rollouts) / groups,
+        "train_rollout_savings": rollout_savings(rollouts, groups, reference),
+        "train_rollout_savings_with_calibration": rollout_savings_with_calibration(
+            rollouts, calibration_rollouts, groups, reference
+        ),
+        "rollouts_per_prompt": rollouts_per_prompt(rollouts, calibration_rollouts, groups),
         "train_wall_s": wall, "generation_wall_s": generation_seconds(trainer),
         "update_wall_s": wall - generation_seconds(trainer) - in_run_calibration,
         "calibration_wall_s": calibration_wall,
