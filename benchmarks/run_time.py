@@ -1,8 +1,8 @@
 """Wall clock of one training run of the default experiment, alone on the machine, split as `run.json` splits it.
 
 Trains one C-GRPO or fixed-group GRPO run of `config/config.yaml` (seed, method and C-GRPO's generation schedule
-chosen here) with `cgrpo.pipeline.runs.train_run`, on the base model, splits and initial calibration the default pipeline
-wrote, and prints its training, generation, update and calibration seconds and its generated rollouts and tokens.
+chosen here) with `cgrpo.pipeline.runs.train_run`, on the base model, splits and initial calibration the default
+pipeline wrote, and prints its training, generation, update and calibration seconds and its generated rollouts and tokens.
 Run from the repository root after `snakemake --cores 2`::
 
     HF_HUB_OFFLINE=1 python benchmarks/run_time.py --method cgrpo --seed 0
@@ -17,12 +17,21 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 import yaml
 
 from cgrpo.pipeline.runs import train_run
+from cgrpo.pipeline.specs import (
+    TrainSpec,
+    cgrpo_run_name,
+    format_grid,
+    grpo_run_name,
+    train_cgrpo_spec,
+    train_grpo_spec,
+)
 
 FIELDS = ("train_wall_s", "generation_wall_s", "update_wall_s", "calibration_wall_s", "total_wall_s",
           "train_rollouts_generated", "train_tokens_generated", "steps_per_generation")
@@ -39,21 +48,19 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def run_spec(config: dict, args: argparse.Namespace, results: Path) -> dict:
-    """The spec the workflow gives `train_run` for this method and seed (first grid and delta, G = max(grid))."""
+def run_spec(config: dict, args: argparse.Namespace, results: Path) -> TrainSpec:
+    """The spec the workflow gives `train_run` for this method and seed (first grid, delta and refit interval;
+    GRPO at G = max(grid)), with C-GRPO's generation schedule overridden when asked."""
     grid = config["cgrpo"]["budget_grids"][0]
-    spec = {"run": f"{args.method}_s{args.seed}", "method": args.method, "model": str(results / "base_model"),
-            "splits": str(results / "splits"), "task": config["task"], "seed": args.seed, "peft": config.get("peft")}
+    model, splits = str(results / "base_model"), str(results / "splits")
     if args.method == "grpo":
-        return {**spec, "trainer": {**config["training"], **config["grpo"]["trainer"]}, "num_generations": max(grid),
-                "compute_matched": False, "reference_budget": max(grid)}
-    options = dict(config["cgrpo"]["options"])
-    if args.min_generation_prompts is not None:
-        options["min_generation_prompts"] = args.min_generation_prompts
-    return {**spec, "trainer": {**config["training"], **config["cgrpo"]["trainer"]}, "budget_grid": grid,
-            "delta": config["cgrpo"]["deltas"][0], "recalibrate_every": config["cgrpo"]["recalibrate_every"][0],
-            "cgrpo": options,
-            "initial_calibration": str(results / "calibration" / "-".join(map(str, grid)) / "thresholds.json")}
+        return train_grpo_spec(config, grpo_run_name(args.seed, max(grid)), model, splits)
+    run = cgrpo_run_name(args.seed, grid, config["cgrpo"]["deltas"][0], config["cgrpo"]["recalibrate_every"][0])
+    calibration = str(results / "calibration" / format_grid(grid) / "thresholds.json")
+    spec = train_cgrpo_spec(config, run, model, splits, calibration)
+    if args.min_generation_prompts is None:
+        return spec
+    return replace(spec, cgrpo={**spec.cgrpo, "min_generation_prompts": args.min_generation_prompts})
 
 
 def main() -> None:

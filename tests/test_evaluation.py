@@ -89,8 +89,10 @@ def _evaluate_same_prompts(spec, out_path, monkeypatch):
 def test_each_sampling_purpose_and_run_seed_has_its_own_stream(tiny_model_dir, tmp_path, monkeypatch):
     pool = get_task("arithmetic", num_examples=64, seed=0).load()
     make_splits(pool, tmp_path / "splits", sizes={"calibration": 4, "eval": 4}, seed=0)
-    spec = {"run": "r", "task": {"name": "arithmetic"}, "model": tiny_model_dir, "splits": str(tmp_path / "splits"),
-            "evaluation": {"budget_grid": [2, 4], "max_new_tokens": 4, "batch_size": 4}}
+    settings = {"budget_grid": [2, 4], "score": "aps", "temperature": 1.0, "max_new_tokens": 4, "batch_size": 4,
+                "deltas": [0.5], "delta_margin": 0.05, "split_delta": False}
+    spec = {"run": "base", "task": {"name": "arithmetic", "options": {}}, "model": tiny_model_dir,
+            "splits": str(tmp_path / "splits"), "evaluation": settings}
     runs = [_evaluate_same_prompts({**spec, "seed": seed}, tmp_path / f"{i}.json", monkeypatch)
             for i, seed in enumerate([0, 0, 1])]
     (first, record), (again, record_again), (other_seed, _) = runs

@@ -10,6 +10,7 @@ import pytest
 
 from cgrpo.calibration import Thresholds
 from cgrpo.pipeline.runs import _run_record, reuse_compute_matched
+from cgrpo.pipeline.specs import TrainSpec
 
 
 def test_cgrpo_costs_count_the_lockstep_rows_and_report_them_apart():
@@ -20,7 +21,8 @@ def test_cgrpo_costs_count_the_lockstep_rows_and_report_them_apart():
                               state=SimpleNamespace(global_step=5))
     thresholds = Thresholds(delta=0.2, qhat={2: 1.0, 8: 0.9}, solve_rate=0.8, n_calibration=4)
     initial = {"thresholds": thresholds, "rollouts": 32, "tokens": 320, "wall_s": 1.0}
-    spec = {"run": "cgrpo_s0_g2-8_dauto_r0", "method": "cgrpo", "seed": 0, "budget_grid": [2, 8]}
+    spec = TrainSpec(run="cgrpo_s0_g2-8_dauto_r0", method="cgrpo", model="m", splits="s", task={}, seed=0, trainer={},
+                     peft=None, reference_budget=8, budget_grid=[2, 8], delta="auto", recalibrate_every=0)
     record = _run_record(spec, trainer, wall=3.0, initial=initial)
     assert record["train_rollouts_generated"] == 46 and record["lockstep_rollouts_generated"] == 6
     assert record["train_rollout_savings"] == pytest.approx(1 - 46 / 80)

@@ -164,8 +164,8 @@ def test_same_seed_same_training_metrics(tiny_model_dir, tmp_path):
     "overrides, message",
     [
         ({"budget_grid": [4, 4]}, "repeat"),
-        ({"budget_grid": [0, 2]}, "positive integers"),
-        ({"budget_grid": []}, "non-empty"),
+        ({"budget_grid": [0, 2]}, "not a positive integer"),
+        ({"budget_grid": []}, "grid is empty"),
         ({"budget_grid": [1]}, "contains 1"),
         ({"budget_grid": [1, 2, 4]}, "advantage is always zero"),
         ({"steps_per_generation": 3, "gradient_accumulation_steps": 2}, "multiple of gradient_accumulation_steps"),

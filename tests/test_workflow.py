@@ -215,3 +215,19 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     result = snakemake(tmp_path, "--configfile", str(REPO / "config" / "smoke.yaml"), "--report", str(report))
     assert result.returncode == 0, result.stdout[-5000:]
     assert report.stat().st_size > 0
+
+
+def test_schema_defaults_of_the_cgrpo_options_are_cgrpo_configs():
+    from dataclasses import fields
+
+    from cgrpo import CGRPOConfig
+
+    schema = load(REPO / "workflow" / "schemas" / "config.schema.yaml")
+    cgrpo = schema["properties"]["cgrpo"]["properties"]
+    defaults = {f.name: f.default for f in fields(CGRPOConfig)}
+    options = cgrpo["options"]["properties"]
+    assert options, "the schema lists no cgrpo options"
+    for name, spec in options.items():
+        assert spec["default"] == defaults[name], name
+    assert cgrpo["recalibrate_every"]["default"] == [defaults["recalibrate_every"]]
+    assert cgrpo["budget_grids"]["default"] == [CGRPOConfig.__dataclass_fields__["budget_grid"].default_factory()]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cgrpo.conformal import (
+    DELTA_MARGIN,
     aps_score,
     conformal_quantile,
     first_success_score,
@@ -201,7 +202,7 @@ def calibration_scores(
 def fit_thresholds(
     scores_by_k: Mapping[int, Sequence[float]],
     delta: float | None,
-    delta_margin: float = 0.05,
+    delta_margin: float = DELTA_MARGIN,
     split_delta: bool = False,
 ) -> Thresholds:
     """Fit qhat_k = conformal_quantile(scores at k, delta) for every budget.

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from .calibration import SCORES
+from .calibration import SCORES, sorted_grid
+from .conformal import DELTA_MARGIN
 
 # Loss types TRL normalises by tokens: masked filler rows leave them exact as they are. The others (grpo, sapo,
 # luspo, dr_grpo) normalise by rows, and the trainer reweights them (see `CGRPOTrainer.compute_loss`).
@@ -78,7 +79,7 @@ class CGRPOConfig(GRPOConfig):
                           "calibration solve rate at every calibration."},
     )
     delta_margin: float = field(
-        default=0.05,
+        default=DELTA_MARGIN,
         metadata={"help": "Margin added to 1 - solve_rate when the delta is chosen automatically."},
     )
     split_delta: bool = field(
@@ -163,19 +164,13 @@ class CGRPOConfig(GRPOConfig):
         return steps
 
     def _validate_budget_grid(self) -> None:
-        grid = list(self.budget_grid)
-        if not grid or any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in grid):
-            raise ValueError(f"budget_grid must be a non-empty list of positive integers, got {self.budget_grid!r}.")
+        grid = sorted_grid(self.budget_grid)
         if 1 in grid:
             raise ValueError(
                 f"budget_grid {self.budget_grid!r} contains 1: a prompt stopped at one completion forms a group of one "
                 "row, whose advantage is always zero; start the grid at 2 or more."
             )
-        if len(set(grid)) != len(grid):
-            raise ValueError(f"budget_grid must not repeat a budget, got {self.budget_grid!r}; list each one once.")
-        self.budget_grid = sorted(grid)
-        if self.max_budget < 2:
-            raise ValueError("max(budget_grid) must be at least 2, because GRPO needs two completions per group.")
+        self.budget_grid = grid
 
     def _validate_conformal_options(self) -> None:
         if self.conformal_delta is not None and not 0.0 < self.conformal_delta < 1.0:

@@ -27,6 +27,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 __all__ = [
+    "DELTA_MARGIN",
     "aps_score",
     "conformal_quantile",
     "first_success_score",
@@ -38,6 +39,10 @@ __all__ = [
 ]
 
 Answer = Hashable | None
+
+# Margin of the automatic delta over the share of prompts unsolved at the largest budget; CGRPOConfig.delta_margin
+# and the pipeline's schema default to it.
+DELTA_MARGIN = 0.05
 
 # Guards the ceil in conformal_quantile against products such as
 # 20 * 0.95 landing a hair above an integer and bumping the rank by one.
@@ -222,7 +227,7 @@ def pass_rate_score(passes: Sequence[bool], k: int) -> float:
 
 def select_delta_auto(
     scores_at_kmax: Sequence[float],
-    margin: float = 0.05,
+    margin: float = DELTA_MARGIN,
     low: float = 0.05,
     high: float = 0.95,
 ) -> tuple[float, float]:

@@ -5,6 +5,9 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from cgrpo.pipeline import specs
+from cgrpo.pipeline.specs import format_delta, format_grid
+
 ##### config validation #####
 
 
@@ -73,26 +76,6 @@ wildcard_constraints:
     run=r"base|cgrpo_s\d+_g\d+(?:-\d+)*_d[^_/]+_r\d+|grpo_s\d+_G\d+(?:_matched)?",
 
 
-def format_grid(grid):
-    """Budget grid as it appears in paths and run names: [2, 4, 8] -> "2-4-8"."""
-    return "-".join(str(k) for k in grid)
-
-
-def parse_grid(text):
-    """Inverse of format_grid."""
-    return [int(k) for k in text.split("-")]
-
-
-def format_delta(delta):
-    """Delta as it appears in paths and run names: "auto" or the shortest float spelling."""
-    return "auto" if delta == "auto" else f"{delta:g}"
-
-
-def parse_delta(text):
-    """Inverse of format_delta: "auto" or a float."""
-    return "auto" if text == "auto" else float(text)
-
-
 def cgrpo_settings():
     """Wildcard values (grid, delta, recal) of every configured C-GRPO setting."""
     return [
@@ -107,7 +90,9 @@ def cgrpo_runs(setting=None):
     """Names of the C-GRPO runs of one setting (wildcards or dict), or of all settings."""
     settings = [setting] if setting is not None else cgrpo_settings()
     return [
-        f"cgrpo_s{seed}_g{s['grid']}_d{s['delta']}_r{s['recal']}"
+        specs.cgrpo_run_name(
+            seed, specs.parse_grid(s["grid"]), specs.parse_delta(s["delta"]), s["recal"]
+        )
         for s in settings
         for seed in config["seeds"]
     ]
@@ -115,9 +100,8 @@ def cgrpo_runs(setting=None):
 
 def grpo_runs(group_sizes, matched=False):
     """Names of the fixed-G GRPO runs at each group size, for every seed."""
-    suffix = "_matched" if matched else ""
     return [
-        f"grpo_s{seed}_G{size}{suffix}"
+        specs.grpo_run_name(seed, size, matched)
         for size in group_sizes
         for seed in config["seeds"]
     ]
@@ -212,21 +196,6 @@ def base_model_location(record):
     return config["base_model"]["path"]
 
 
-def task_spec():
-    """The task's name and factory options, as the library's specs take them."""
-    return {"name": config["task"]["name"], "options": config["task"]["options"]}
-
-
-def method_trainer(method):
-    """GRPOConfig overrides of a method: `training` updated with `<method>.trainer`.
-
-    Anything but "cgrpo" and "grpo" (the base model) gets `training` alone.
-    """
-    if method not in ("cgrpo", "grpo"):
-        return dict(config["training"])
-    return {**config["training"], **config[method]["trainer"]}
-
-
 def base_model_record(wildcards):
     """The base_model rule's record, an input of every rule that loads the base model."""
     return f"results/{wildcards.exp}/base_model/source.json"
@@ -245,7 +214,7 @@ def base_model_params(wildcards):
 def split_params(wildcards):
     """Task, sizes and seed of the split rule."""
     return {
-        "task": task_spec(),
+        "task": specs.task_spec(config),
         "sizes": config["splits"]["sizes"],
         "seed": config["splits"]["seed"],
         "eval_source_split": config["splits"]["eval_source_split"],
@@ -254,59 +223,30 @@ def split_params(wildcards):
 
 def calibrate_spec(wildcards, input):
     """Spec of cgrpo.pipeline.runs.calibrate_initial for the grid in the wildcards."""
-    return {
-        "model": base_model_location(input.base_model),
-        "splits": str(Path(input.splits).parent),
-        "task": task_spec(),
-        "budget_grid": parse_grid(wildcards.grid),
-        # One initial calibration serves every seed, so it uses the split seed.
-        "seed": config["splits"]["seed"],
-        "cgrpo": config["cgrpo"]["options"],
-        "trainer": method_trainer("cgrpo"),
-        "peft": config["peft"],
-    }
+    model = base_model_location(input.base_model)
+    splits = str(Path(input.splits).parent)
+    return specs.calibration_spec(config, wildcards.grid, model, splits).to_dict()
 
 
 def train_cgrpo_spec(wildcards, input, output):
     """Spec of cgrpo.pipeline.runs.train_run for one C-GRPO run."""
-    return {
-        "run": Path(output.run).parent.name,
-        "method": "cgrpo",
-        "model": base_model_location(input.base_model),
-        "splits": str(Path(input.splits).parent),
-        "task": task_spec(),
-        "seed": int(wildcards.seed),
-        "trainer": method_trainer("cgrpo"),
-        "budget_grid": parse_grid(wildcards.grid),
-        "delta": parse_delta(wildcards.delta),
-        "recalibrate_every": int(wildcards.recal),
-        "cgrpo": config["cgrpo"]["options"],
-        "initial_calibration": input.calibration,
-        "peft": config["peft"],
-    }
+    model = base_model_location(input.base_model)
+    splits = str(Path(input.splits).parent)
+    run = Path(output.run).parent.name
+    return specs.train_cgrpo_spec(config, run, model, splits, input.calibration).to_dict()
 
 
 def train_grpo_spec(wildcards, input, output):
     """Spec of cgrpo.pipeline.runs.train_run for one fixed-G GRPO run."""
-    return {
-        "run": Path(output.run).parent.name,
-        "method": "grpo",
-        "model": base_model_location(input.base_model),
-        "splits": str(Path(input.splits).parent),
-        "task": task_spec(),
-        "seed": int(wildcards.seed),
-        "trainer": method_trainer("grpo"),
-        "num_generations": int(wildcards.G),
-        "compute_matched": wildcards.matched == "_matched",
-        # Savings are measured against fixed G = max(budget grid), as for the C-GRPO runs.
-        "reference_budget": max(config["cgrpo"]["budget_grids"][0]),
-        "peft": config["peft"],
-    }
+    model = base_model_location(input.base_model)
+    splits = str(Path(input.splits).parent)
+    run = Path(output.run).parent.name
+    return specs.train_grpo_spec(config, run, model, splits).to_dict()
 
 
 def grpo_batch_size(wildcards):
     """Rows per GRPO batch; a compute-matched group size must divide it."""
-    return method_trainer("grpo")["per_device_train_batch_size"]
+    return specs.method_trainer(config, "grpo")["per_device_train_batch_size"]
 
 
 def evaluation_inputs(wildcards):
@@ -322,23 +262,6 @@ def evaluation_inputs(wildcards):
 def evaluate_spec(wildcards, input):
     """Spec of cgrpo.pipeline.evaluation.evaluate_model for one run (or the base model)."""
     run = wildcards.run
-    seed = re.search(r"_s(\d+)_", run)
-    # Every run is scored on the same grid so that its eval metrics are comparable across runs.
-    grid = config["cgrpo"]["budget_grids"][0]
-    # Unset (null) entries are left out so the library falls back to the training settings.
-    evaluation = {k: v for k, v in config["evaluation"].items() if v is not None}
-    evaluation.update(
-        num_samples=max(grid),
-        budget_grid=grid,
-        score=config["cgrpo"]["options"]["score"],
-        delta_margin=config["cgrpo"]["options"]["delta_margin"],
-    )
-    return {
-        "run": run,
-        "model": base_model_location(input.model) if run == "base" else input.model,
-        "splits": str(Path(input.splits).parent),
-        "task": task_spec(),
-        "seed": int(seed.group(1)) if seed else config["splits"]["seed"],
-        "evaluation": evaluation,
-        "trainer": method_trainer(run.split("_")[0]),
-    }
+    model = base_model_location(input.model) if run == "base" else input.model
+    splits = str(Path(input.splits).parent)
+    return specs.evaluation_spec(config, run, model, splits).to_dict()

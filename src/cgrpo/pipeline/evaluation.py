@@ -21,28 +21,32 @@ from .accuracy import correct_flags, dynamic_k_summary, greedy_accuracy, maj_at_
 from .coverage import coverage_at_k, post_selection_coverage
 from ..calibration import Thresholds, calibration_scores, fit_thresholds
 from .sampling import generate_completions
+from .specs import EvaluationSpec
 from .splits import load_split
 from .tasks import get_task
 
 
-def evaluate_model(spec: dict[str, Any], out_path: str | Path) -> None:
-    """Evaluate `spec["model"]` and write every metric as JSON to `out_path` (see the README's output section)."""
-    settings = _settings(spec)
+def evaluate_model(spec: EvaluationSpec | dict[str, Any], out_path: str | Path) -> None:
+    """Evaluate `spec.model` and write every metric as JSON to `out_path` (see the README's output section)."""
+    spec = EvaluationSpec.from_dict(spec)
+    settings = spec.evaluation
+    if settings["score"] != "aps":
+        raise ValueError("evaluation supports the 'aps' score of the math tasks; set cgrpo.options.score to 'aps'.")
     start = time.perf_counter()
-    task = get_task(spec["task"]["name"], **spec["task"].get("options", {}))
-    model = _load_model(spec["model"])
-    tokenizer = AutoTokenizer.from_pretrained(spec["model"], padding_side="left")
-    eval_set = task.to_prompt_dataset(load_split(spec["splits"], "eval"))
-    calibration_set = task.to_prompt_dataset(load_split(spec["splits"], "calibration"))
-    sample = _sampler(model, tokenizer, settings, spec["seed"])
+    task = get_task(spec.task["name"], **spec.task["options"])
+    model = _load_model(spec.model)
+    tokenizer = AutoTokenizer.from_pretrained(spec.model, padding_side="left")
+    eval_set = task.to_prompt_dataset(load_split(spec.splits, "eval"))
+    calibration_set = task.to_prompt_dataset(load_split(spec.splits, "calibration"))
+    sample = _sampler(model, tokenizer, settings, spec.seed)
     eval_golds, calibration_golds = list(eval_set["answer"]), list(calibration_set["answer"])
     greedy = [task.extract(texts[0]) for texts in sample(eval_set["prompt"], "greedy", greedy=True)]
     eval_answers = _answers(task, sample(eval_set["prompt"], "eval"))
     calibration_answers = _answers(task, sample(calibration_set["prompt"], "calibration"))
-    record = {"run": spec["run"], "eval_greedy_acc": greedy_accuracy(greedy, eval_golds)}
+    record = {"run": spec.run, "eval_greedy_acc": greedy_accuracy(greedy, eval_golds)}
     record.update(fixed_k_metrics(eval_answers, eval_golds, settings["budget_grid"]))
     record.update(conformal_metrics(eval_answers, eval_golds, calibration_answers, calibration_golds, settings,
-                                    spec["seed"]))
+                                    spec.seed))
     record["eval_wall_s"] = time.perf_counter() - start
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_path).write_text(json.dumps(record, indent=1) + "\n")
@@ -107,35 +111,12 @@ def _threshold_sets(scores: dict[int, list[float]], settings: dict[str, Any]) ->
     return sets
 
 
-def _settings(spec: dict[str, Any]) -> dict[str, Any]:
-    evaluation, trainer = dict(spec.get("evaluation", {})), spec.get("trainer", {})
-    grid = sorted(evaluation.get("budget_grid") or _doubling_grid(int(evaluation.get("num_samples", 32))))
-    if evaluation.get("score", "aps") != "aps":
-        raise ValueError("evaluation supports the 'aps' score of the math tasks; set evaluation.score to 'aps'.")
-    return {
-        "budget_grid": grid,
-        "temperature": float(evaluation.get("temperature", trainer.get("temperature", 1.0))),
-        "max_new_tokens": int(evaluation.get("max_new_tokens", trainer.get("max_completion_length", 64))),
-        "batch_size": int(evaluation.get("batch_size", 256)),
-        "deltas": list(evaluation.get("deltas", [])),
-        "delta_margin": float(evaluation.get("delta_margin", 0.05)),
-        "split_delta": bool(evaluation.get("split_delta", False)),
-    }
-
-
 def _load_model(location: str):
     # On a GPU node (the SLURM profile gives evaluation one) generation runs there, in bfloat16 where supported.
     if torch.cuda.is_available():
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return AutoModelForCausalLM.from_pretrained(location, dtype=dtype).to("cuda").eval()
     return AutoModelForCausalLM.from_pretrained(location).eval()
-
-
-def _doubling_grid(largest: int) -> list[int]:
-    grid = [2]
-    while grid[-1] * 2 <= largest:
-        grid.append(grid[-1] * 2)
-    return grid if grid[-1] == largest else [*grid, largest]
 
 
 def _sampler(model, tokenizer, settings: dict[str, Any], seed: int):

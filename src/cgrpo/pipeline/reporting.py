@@ -26,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 
+from .specs import format_delta, parse_grid
 from .statistics import mean_ci, paired_difference_ci
 
 __all__ = [
@@ -99,11 +100,6 @@ _METHOD_ORDER = {"base": 0, "cgrpo": 1, "grpo": 2}
 
 
 # --------------------------------------------------------------------------- labels
-
-
-def format_delta(delta: Any) -> str:
-    """``"auto"`` or the shortest spelling of a fixed delta (0.1 -> ``"0.1"``)."""
-    return "auto" if delta == "auto" else f"{float(delta):g}"
 
 
 def setting_label(record: Mapping[str, Any]) -> str:
@@ -205,7 +201,7 @@ def _intermediate_share(histogram: Mapping[str, int] | None, grid: str | None) -
     """Share of a C-GRPO run's groups that stopped strictly inside its grid ("2-4-8": at 4)."""
     if not histogram or not grid:
         return None
-    budgets = [int(k) for k in grid.split("-")]
+    budgets = parse_grid(grid)
     inner = sum(count for k, count in histogram.items() if budgets[0] < int(k) < budgets[-1])
     return inner / sum(histogram.values())
 

@@ -1,7 +1,7 @@
 """Pipeline steps around training: the initial calibration and one C-GRPO or fixed-group GRPO training run.
 
-Each step takes one JSON-able `spec` (built by the Snakemake workflow from the config) and writes its outputs into a
-folder; both load models, data and reward functions exactly as a user's script would.
+Each step takes its typed spec from `cgrpo.pipeline.specs` (or the same as a plain dict, as Snakemake hands it over)
+and writes its outputs into a folder; both load models, data and reward functions exactly as a user's script would.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from trl import GRPOConfig
 
 from ..calibration import fit_thresholds
 from ..config import CGRPOConfig
+from .specs import CalibrationSpec, TrainSpec, format_grid
 from .costs import rollout_savings, rollout_savings_with_calibration, rollouts_per_prompt
 from .splits import load_split
 from .tasks import get_task
@@ -30,15 +31,16 @@ logger = logging.getLogger(__name__)
 _SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos")
 
 
-def calibrate_initial(spec: dict[str, Any], out_dir: str | Path) -> None:
+def calibrate_initial(spec: CalibrationSpec | dict[str, Any], out_dir: str | Path) -> None:
     """Score the calibration split with the initial policy for one budget grid and fit its thresholds.
 
     Writes `thresholds.json` (the per-budget scores, so training can refit them for any delta, the automatic-delta
     thresholds, and the cost) and `thresholds.csv` (one row per budget).
     """
+    spec = CalibrationSpec.from_dict(spec)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    trainer = _cgrpo_trainer(spec, out_dir / "trainer", delta="auto", initial=None)
+    trainer = _cgrpo_trainer(spec, out_dir / "trainer", delta="auto", recalibrate_every=0, initial=None)
     trainer.model.train()
     # Timed like a calibration inside training: loading the model is this rule's overhead, not calibration cost.
     start = time.perf_counter()
@@ -60,15 +62,16 @@ def calibrate_initial(spec: dict[str, Any], out_dir: str | Path) -> None:
     ).to_csv(out_dir / "thresholds.csv", index=False)
 
 
-def train_run(spec: dict[str, Any], out_dir: str | Path) -> None:
-    """Train one run (`spec["method"]` is "cgrpo" or "grpo") and write `model/`, `steps.csv` and `run.json`."""
+def train_run(spec: TrainSpec | dict[str, Any], out_dir: str | Path) -> None:
+    """Train one run (`spec.method` is "cgrpo" or "grpo") and write `model/`, `steps.csv` and `run.json`."""
+    spec = TrainSpec.from_dict(spec)
     out_dir = Path(out_dir)
-    method = spec["method"]
+    method = spec.method
     if method not in ("cgrpo", "grpo"):
         raise ValueError(f"method must be 'cgrpo' or 'grpo', got {method!r}.")
     initial = _initial_calibration(spec) if method == "cgrpo" else None
     trainer = (
-        _cgrpo_trainer(spec, out_dir / "checkpoints", spec.get("delta", "auto"), initial)
+        _cgrpo_trainer(spec, out_dir / "checkpoints", spec.delta, spec.recalibrate_every, initial)
         if method == "cgrpo"
         else _grpo_trainer(spec, out_dir / "checkpoints")
     )
@@ -79,7 +82,7 @@ def train_run(spec: dict[str, Any], out_dir: str | Path) -> None:
     _steps_table(trainer.state.log_history).to_csv(out_dir / "steps.csv", index=False)
     record = _run_record(spec, trainer, wall, initial)
     (out_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
-    logger.info("Run %s: %s", spec["run"], {k: v for k, v in record.items() if k != "calibrations"})
+    logger.info("Run %s: %s", spec.run, {k: v for k, v in record.items() if k != "calibrations"})
 
 
 def reuse_compute_matched(source_dir: str | Path, out_dir: str | Path) -> None:
@@ -102,76 +105,76 @@ def reuse_compute_matched(source_dir: str | Path, out_dir: str | Path) -> None:
 
 
 # ---------------------------------------------------------------------- trainers
-def _task(spec: dict[str, Any]):
-    return get_task(spec["task"]["name"], **spec["task"].get("options", {}))
+Spec = CalibrationSpec | TrainSpec
 
 
-def _datasets(spec: dict[str, Any], task) -> tuple:
-    train = task.to_prompt_dataset(load_split(spec["splits"], "train"))
-    calibration = task.to_prompt_dataset(load_split(spec["splits"], "calibration"))
+def _task(spec: Spec):
+    return get_task(spec.task["name"], **spec.task["options"])
+
+
+def _datasets(spec: Spec, task) -> tuple:
+    train = task.to_prompt_dataset(load_split(spec.splits, "train"))
+    calibration = task.to_prompt_dataset(load_split(spec.splits, "calibration"))
     return train, calibration
 
 
-def _trainer_options(spec: dict[str, Any], output_dir: Path) -> dict[str, Any]:
-    options = {"report_to": [], "save_strategy": "no", "logging_steps": 1, "seed": spec["seed"],
-               "data_seed": spec["seed"]}
-    options.update(spec.get("trainer", {}))
+def _trainer_options(spec: Spec, output_dir: Path) -> dict[str, Any]:
+    options = {"report_to": [], "save_strategy": "no", "logging_steps": 1, "seed": spec.seed, "data_seed": spec.seed}
+    options.update(spec.trainer)
     options["output_dir"] = str(output_dir)
     return options
 
 
-def _peft_config(spec: dict[str, Any]):
-    if not spec.get("peft"):
+def _peft_config(spec: Spec):
+    if not spec.peft:
         return None
     from peft import LoraConfig
 
-    return LoraConfig(task_type="CAUSAL_LM", **spec["peft"])
+    return LoraConfig(task_type="CAUSAL_LM", **spec.peft)
 
 
-def _cgrpo_trainer(spec: dict[str, Any], output_dir: Path, delta, initial: dict[str, Any] | None):
+def _cgrpo_trainer(spec: Spec, output_dir: Path, delta, recalibrate_every: int, initial: dict[str, Any] | None):
     """A C-GRPO trainer; `initial` is the record of `_initial_calibration` when the thresholds are fitted already."""
     from ..trainer import CGRPOTrainer
 
-    torch.manual_seed(spec["seed"])
+    torch.manual_seed(spec.seed)
     task = _task(spec)
     train, calibration = _datasets(spec, task)
     args = CGRPOConfig(
-        budget_grid=list(spec["budget_grid"]),
+        budget_grid=list(spec.budget_grid),
         conformal_delta=None if delta == "auto" else float(delta),
-        recalibrate_every=int(spec.get("recalibrate_every", 0)),
-        **spec.get("cgrpo", {}),
+        recalibrate_every=int(recalibrate_every),
+        **spec.cgrpo,
         **_trainer_options(spec, output_dir),
     )
     return CGRPOTrainer(
-        model=spec["model"], reward_funcs=task.reward_funcs, args=args, train_dataset=train,
+        model=spec.model, reward_funcs=task.reward_funcs, args=args, train_dataset=train,
         calibration_dataset=calibration, answer_extractor=task.extract, verifier=task.verifier,
         initial_thresholds=initial and initial["thresholds"],
         initial_calibration_rollouts=initial["rollouts"] if initial else 0, peft_config=_peft_config(spec),
     )
 
 
-def _grpo_trainer(spec: dict[str, Any], output_dir: Path) -> TimedGRPOTrainer:
-    torch.manual_seed(spec["seed"])
+def _grpo_trainer(spec: TrainSpec, output_dir: Path) -> TimedGRPOTrainer:
+    torch.manual_seed(spec.seed)
     task = _task(spec)
     train, _ = _datasets(spec, task)
-    args = GRPOConfig(num_generations=int(spec["num_generations"]), **_trainer_options(spec, output_dir))
-    return TimedGRPOTrainer(model=spec["model"], reward_funcs=task.reward_funcs, args=args, train_dataset=train,
+    args = GRPOConfig(num_generations=int(spec.num_generations), **_trainer_options(spec, output_dir))
+    return TimedGRPOTrainer(model=spec.model, reward_funcs=task.reward_funcs, args=args, train_dataset=train,
                             peft_config=_peft_config(spec))
 
 
-def _initial_calibration(spec: dict[str, Any]) -> dict[str, Any]:
+def _initial_calibration(spec: TrainSpec) -> dict[str, Any]:
     """Thresholds for this run's delta, refitted from the initial policy's calibration scores."""
-    record = json.loads(Path(spec["initial_calibration"]).read_text())
-    if record["budget_grid"] != sorted(spec["budget_grid"]):
+    record = json.loads(Path(spec.initial_calibration).read_text())
+    if record["budget_grid"] != sorted(spec.budget_grid):
         raise ValueError(
-            f"{spec['initial_calibration']} was fitted for grid {record['budget_grid']}, not {spec['budget_grid']}; "
+            f"{spec.initial_calibration} was fitted for grid {record['budget_grid']}, not {spec.budget_grid}; "
             "point initial_calibration at the calibration of the same grid."
         )
-    options = spec.get("cgrpo", {})
-    delta = spec.get("delta", "auto")
     scores = {int(k): v for k, v in record["scores"].items()}
-    thresholds = fit_thresholds(scores, None if delta == "auto" else float(delta), options.get("delta_margin", 0.05),
-                                options.get("split_delta", False))
+    delta = None if spec.delta == "auto" else float(spec.delta)
+    thresholds = fit_thresholds(scores, delta, spec.cgrpo["delta_margin"], spec.cgrpo["split_delta"])
     return {"thresholds": thresholds, **record}
 
 
@@ -181,10 +184,10 @@ def _steps_table(log_history: list[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _run_record(spec, trainer, wall: float, initial: dict | None) -> dict[str, Any]:
-    cgrpo = spec["method"] == "cgrpo"
+def _run_record(spec: TrainSpec, trainer, wall: float, initial: dict | None) -> dict[str, Any]:
+    cgrpo = spec.method == "cgrpo"
     width = trainer.args.num_generations
-    reference = int(spec.get("reference_budget") or width)
+    reference = int(spec.reference_budget)
     if cgrpo:
         totals = trainer.cgrpo_totals
         # Throwaway rows that keep processes in lockstep are generated compute too.
@@ -202,11 +205,11 @@ def _run_record(spec, trainer, wall: float, initial: dict | None) -> dict[str, A
     # The pipeline's initial calibration runs in its own rule, before `train`: it is part of the run's cost.
     initial_calibration = calibrations[0]["wall_s"] if calibrations else 0.0
     return {
-        "run": spec["run"], "method": spec["method"], "seed": spec["seed"], "num_generations": width,
-        "budget_grid": "-".join(map(str, spec["budget_grid"])) if cgrpo else None,
-        "delta": spec.get("delta", "auto") if cgrpo else None,
-        "recalibrate_every": spec.get("recalibrate_every", 0) if cgrpo else None,
-        "compute_matched": bool(spec.get("compute_matched", False)),
+        "run": spec.run, "method": spec.method, "seed": spec.seed, "num_generations": width,
+        "budget_grid": format_grid(spec.budget_grid) if cgrpo else None,
+        "delta": spec.delta if cgrpo else None,
+        "recalibrate_every": spec.recalibrate_every if cgrpo else None,
+        "compute_matched": spec.compute_matched,
         "reference_budget": reference, "steps": trainer.state.global_step, "groups": groups,
         "steps_per_generation": trainer.args.steps_per_generation,
         "train_budget_histogram": _budget_histogram(trainer) if cgrpo else {str(width): groups},

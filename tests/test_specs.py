@@ -1,0 +1,83 @@
+"""Typed run specs: run names, spellings and the experiment's policy, built from the config in one place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cgrpo.pipeline.specs import (
+    EvaluationSpec,
+    RunName,
+    TrainSpec,
+    calibration_spec,
+    cgrpo_run_name,
+    evaluation_spec,
+    format_delta,
+    grpo_run_name,
+    parse_delta,
+    parse_run_name,
+    train_cgrpo_spec,
+    train_grpo_spec,
+)
+
+CONFIG = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    ("name", "parsed"),
+    [
+        (cgrpo_run_name(3, [2, 4, 8], "auto", 50), RunName("cgrpo", 3, (2, 4, 8), "auto", 50)),
+        (cgrpo_run_name(0, [2, 4], 0.1, 0), RunName("cgrpo", 0, (2, 4), 0.1, 0)),
+        (grpo_run_name(1, 32), RunName("grpo", 1, num_generations=32)),
+        (grpo_run_name(2, 16, matched=True), RunName("grpo", 2, num_generations=16, compute_matched=True)),
+        ("base", RunName("base")),
+    ],
+)
+def test_run_names_are_built_and_parsed_in_one_place(name, parsed):
+    assert parse_run_name(name) == parsed
+
+
+def test_run_name_spelling():
+    assert cgrpo_run_name(3, [2, 4, 8], "auto", 50) == "cgrpo_s3_g2-4-8_dauto_r50"
+    assert grpo_run_name(2, 16, matched=True) == "grpo_s2_G16_matched"
+    assert [format_delta(d) for d in ("auto", 0.1, 0.05, 1e-05)] == ["auto", "0.1", "0.05", "1e-05"]
+    assert [parse_delta(format_delta(d)) for d in ("auto", 0.1, 1e-05)] == ["auto", 0.1, 1e-05]
+    with pytest.raises(ValueError, match="not a run name"):
+        parse_run_name("cgrpo_s0_g2-4")
+
+
+def test_training_specs_carry_the_policy():
+    cgrpo = train_cgrpo_spec(CONFIG, "cgrpo_s1_g2-4-8-16-32_d0.2_r80", "model", "splits", "cal.json")
+    assert (cgrpo.seed, cgrpo.budget_grid, cgrpo.delta, cgrpo.recalibrate_every) == (1, [2, 4, 8, 16, 32], 0.2, 80)
+    assert cgrpo.reference_budget == 32 and cgrpo.initial_calibration == "cal.json"
+    assert cgrpo.cgrpo == CONFIG["cgrpo"]["options"]
+    assert cgrpo.trainer == {**CONFIG["training"], **CONFIG["cgrpo"]["trainer"]}
+    grpo = train_grpo_spec(CONFIG, "grpo_s2_G16_matched", "model", "splits")
+    # Savings are measured against G = max(first grid), whatever the run's own G.
+    assert (grpo.seed, grpo.num_generations, grpo.compute_matched, grpo.reference_budget) == (2, 16, True, 32)
+    calibration = calibration_spec(CONFIG, "2-4-8-16-32", "model", "splits")
+    # One initial calibration serves every seed, so it uses the split seed.
+    assert calibration.seed == CONFIG["splits"]["seed"] and calibration.budget_grid == [2, 4, 8, 16, 32]
+
+
+def test_evaluation_specs_sample_as_training_unless_told_otherwise():
+    run = evaluation_spec(CONFIG, "grpo_s2_G32", "model", "splits")
+    assert run.seed == 2 and run.evaluation["budget_grid"] == CONFIG["cgrpo"]["budget_grids"][0]
+    assert run.evaluation["temperature"] == CONFIG["training"]["temperature"]
+    assert run.evaluation["max_new_tokens"] == CONFIG["training"]["max_completion_length"]
+    assert run.evaluation["delta_margin"] == CONFIG["cgrpo"]["options"]["delta_margin"]
+    base = evaluation_spec(CONFIG, "base", "model", "splits")
+    assert base.seed == CONFIG["splits"]["seed"]
+    told = {**CONFIG, "evaluation": {**CONFIG["evaluation"], "temperature": 0.3}}
+    assert evaluation_spec(told, "base", "model", "splits").evaluation["temperature"] == 0.3
+
+
+def test_specs_round_trip_through_plain_dicts_and_refuse_unknown_keys():
+    spec = train_grpo_spec(CONFIG, "grpo_s0_G32", "model", "splits")
+    assert TrainSpec.from_dict(spec.to_dict()) == spec
+    evaluation = evaluation_spec(CONFIG, "base", "model", "splits")
+    assert EvaluationSpec.from_dict(evaluation.to_dict()) == evaluation
+    with pytest.raises(ValueError, match=r"unknown keys \['extra'\] and lacks \['seed'\]"):
+        EvaluationSpec.from_dict({**{k: v for k, v in evaluation.to_dict().items() if k != "seed"}, "extra": 1})
