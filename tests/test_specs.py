@@ -81,3 +81,13 @@ def test_specs_round_trip_through_plain_dicts_and_refuse_unknown_keys():
     assert EvaluationSpec.from_dict(evaluation.to_dict()) == evaluation
     with pytest.raises(ValueError, match=r"unknown keys \['extra'\] and lacks \['seed'\]"):
         EvaluationSpec.from_dict({**{k: v for k, v in evaluation.to_dict().items() if k != "seed"}, "extra": 1})
+
+
+def test_the_wildcard_pattern_accepts_exactly_the_run_names():
+    import re
+
+    from cgrpo.pipeline.specs import RUN_NAME_PATTERN
+
+    names = ["base", cgrpo_run_name(0, [2, 4], 0.1, 80), grpo_run_name(1, 8, matched=True), grpo_run_name(2, 32)]
+    assert all(re.fullmatch(RUN_NAME_PATTERN, name) for name in names)
+    assert not any(re.fullmatch(RUN_NAME_PATTERN, name) for name in ["cgrpo_s0_g2-4", "grpo_s1_G8_other", "bases"])

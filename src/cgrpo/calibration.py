@@ -45,6 +45,7 @@ __all__ = [
     "sorted_grid",
     "stopping_budget",
     "stopping_budgets",
+    "training_grid",
 ]
 
 SCORES = ("aps", "first_success", "pass_rate")
@@ -98,6 +99,20 @@ class Thresholds:
 def _check_score(score: str) -> None:
     if score not in SCORES:
         raise ValueError(f"Unknown score {score!r}; use one of {', '.join(SCORES)}.")
+
+
+def training_grid(grid: Sequence[int]) -> list[int]:
+    """:func:`sorted_grid` of a grid to train with, which must also start at 2 or more.
+
+    A prompt stopped at one completion forms a group of one row, whose advantage is always zero.
+    """
+    budgets = sorted_grid(grid)
+    if budgets[0] < 2:
+        raise ValueError(
+            f"grid {list(grid)} contains {budgets[0]}: a prompt stopped at one completion forms a group of one row, "
+            "whose advantage is always zero; start the grid at 2 or more."
+        )
+    return budgets
 
 
 def sorted_grid(grid: Sequence[int]) -> list[int]:

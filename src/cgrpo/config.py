@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from .calibration import SCORES, sorted_grid
+from .calibration import SCORES, training_grid
 from .conformal import DELTA_MARGIN
 
 # Loss types TRL normalises by tokens: masked filler rows leave them exact as they are. The others (grpo, sapo,
@@ -164,13 +164,7 @@ class CGRPOConfig(GRPOConfig):
         return steps
 
     def _validate_budget_grid(self) -> None:
-        grid = sorted_grid(self.budget_grid)
-        if 1 in grid:
-            raise ValueError(
-                f"budget_grid {self.budget_grid!r} contains 1: a prompt stopped at one completion forms a group of one "
-                "row, whose advantage is always zero; start the grid at 2 or more."
-            )
-        self.budget_grid = grid
+        self.budget_grid = training_grid(self.budget_grid)
 
     def _validate_conformal_options(self) -> None:
         if self.conformal_delta is not None and not 0.0 < self.conformal_delta < 1.0:

@@ -5,6 +5,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from cgrpo.calibration import training_grid
 from cgrpo.pipeline import specs
 from cgrpo.pipeline.specs import format_delta, format_grid
 
@@ -23,11 +24,10 @@ def check_config(config):
                 f"config key cgrpo.budget_grids[{index}] = {grid} must be a strictly "
                 "increasing list of integers, e.g. [2, 4, 8, 16, 32]."
             )
-        if grid[0] < 2:
-            raise WorkflowError(
-                f"config key cgrpo.budget_grids[{index}] = {grid} must start at 2 or more: "
-                "a prompt stopped at one completion is a group whose advantage is always zero."
-            )
+        try:
+            training_grid(grid)
+        except ValueError as error:
+            raise WorkflowError(f"config key cgrpo.budget_grids[{index}]: {error}") from None
     check_fixed_deltas(config)
     # Group sizes come from cgrpo.budget_grids and grpo.num_generations, one per run.
     for key, section in [
@@ -73,7 +73,7 @@ wildcard_constraints:
     G=r"\d+",
     # Empty for a fixed-G baseline, "_matched" for the compute-matched one.
     matched=r"(?:_matched)?",
-    run=r"base|cgrpo_s\d+_g\d+(?:-\d+)*_d[^_/]+_r\d+|grpo_s\d+_G\d+(?:_matched)?",
+    run=specs.RUN_NAME_PATTERN,
 
 
 def cgrpo_settings():

@@ -19,6 +19,7 @@ from typing import Any
 __all__ = [
     "CalibrationSpec",
     "EvaluationSpec",
+    "RUN_NAME_PATTERN",
     "RunName",
     "TrainSpec",
     "calibration_spec",
@@ -75,6 +76,10 @@ _RUN_NAME = re.compile(
     r"|cgrpo_s(?P<cgrpo_seed>\d+)_g(?P<grid>\d+(?:-\d+)*)_d(?P<delta>auto|[0-9.]+(?:e-?[0-9]+)?)_r(?P<recal>\d+)"
     r"|grpo_s(?P<grpo_seed>\d+)_G(?P<group_size>\d+)(?P<matched>_matched)?"
 )
+
+
+# The same grammar without group names, for Snakemake's `run` wildcard constraint.
+RUN_NAME_PATTERN = re.sub(r"\(\?P<\w+>", "(?:", _RUN_NAME.pattern)
 
 
 @dataclass(frozen=True)
