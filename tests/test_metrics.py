@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from cgrpo import calibration
-from cgrpo.pipeline import accuracy, costs, coverage, matching, statistics
+from cgrpo import costs
+from cgrpo.pipeline import accuracy, coverage, matching, statistics
 
 # --------------------------------------------------------------------------- #
 # Shared hand-built data

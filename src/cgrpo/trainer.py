@@ -19,6 +19,7 @@ from trl import GRPOTrainer
 from .calibration import Thresholds, calibration_scores, fit_thresholds, should_stop
 from .config import TOKEN_NORMALIZED_LOSSES, CGRPOConfig
 from .conformal import smallest_supported_delta
+from .costs import rollout_savings
 from .padding import drop_padded_from_logs, keep_rows, log_length_stats, real_rows_only
 
 logger = logging.getLogger(__name__)
@@ -456,8 +457,9 @@ class CGRPOTrainer(GRPOTrainer):
         metrics["cgrpo/mean_k"].append(ks.mean().item())
         # Throwaway rows that kept the processes in lockstep were generated too.
         lockstep = self.cgrpo_totals["lockstep_rollouts"] - self._lockstep_before_batch
-        metrics["cgrpo/rollout_savings"].append(1.0 - (ks.sum().item() + lockstep) / (len(ks) * width))
-        metrics["cgrpo/rollouts_generated"].append(ks.sum().item() + lockstep)
+        generated = int(ks.sum().item() + lockstep)
+        metrics["cgrpo/rollout_savings"].append(rollout_savings(generated, len(ks), width))
+        metrics["cgrpo/rollouts_generated"].append(generated)
         metrics["cgrpo/lockstep_rollouts"].append(lockstep)
         metrics["cgrpo/tokens_generated"].append(lengths.sum().item())
         metrics["cgrpo/delta"].append(self.thresholds.delta)

@@ -1,13 +1,16 @@
 """Cost accounting in *generated* rollouts: every sampled completion counts, never only the ones kept for the
-policy update."""
+policy update. The trainer's logged savings and the pipeline's run records both compute them here."""
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable
 
-from .checks import is_integer
-
 __all__ = ["rollout_savings", "rollout_savings_with_calibration", "rollouts_per_prompt"]
+
+
+def is_integer(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _total(counts: int | Iterable[int], name: str) -> int:
