@@ -10,6 +10,7 @@ __all__ = ["rollout_savings", "rollout_savings_with_calibration", "rollouts_per_
 
 
 def is_integer(value: object) -> bool:
+    """True for Python and NumPy integers, False for bools and floats (even whole ones)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 

@@ -8,15 +8,12 @@ from typing import Any
 import numpy as np
 
 from ..calibration import SCORES
+from ..costs import is_integer
 
 
 def is_failed(answer: str | None) -> bool:
     """Return True when an extracted answer is a failed extraction (``None`` or ``""``)."""
     return answer is None or answer == ""
-
-
-def is_integer(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
 def check_k(k: int, n: int, what: str = "answers") -> None:

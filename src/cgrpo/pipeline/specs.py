@@ -240,7 +240,8 @@ def evaluation_spec(config: Mapping[str, Any], run: str, model: str, splits: str
     """The evaluation of `run` (or ``"base"``): its training seed, the first grid, and sampling as in training.
 
     The base model is evaluated with the split seed and the `training` options; unset (null) evaluation options take
-    the training temperature and completion length.
+    the training temperature (TRL's 1.0 when unset) and completion length (64 new tokens when unset: TRL's own default
+    depends on its version).
     """
     name = parse_run_name(run)
     trainer = method_trainer(config, name.method)
