@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from ..calibration import SCORES
 from ..costs import is_integer
 
 
@@ -48,11 +47,6 @@ def check_gold(gold: Any) -> None:
 def check_delta(delta: float) -> None:
     if not (0.0 < float(delta) < 1.0):
         raise ValueError(f"delta must lie in (0, 1), got {delta}; pass a miscoverage level like 0.1.")
-
-
-def check_score(score: str) -> None:
-    if score not in SCORES:
-        raise ValueError(f"unknown score {score!r}; use one of {SCORES}.")
 
 
 def score_array(scores: Sequence[float], name: str) -> np.ndarray:

@@ -15,6 +15,7 @@ __all__ = ["binomial_ci", "mean_ci", "paired_difference_ci"]
 
 
 def binomial_ci(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval of a proportion ``successes / n``."""
     ci = stats.binomtest(successes, n).proportion_ci(confidence_level=confidence, method="exact")
     return float(ci.low), float(ci.high)
 
