@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from ..calibration import Thresholds, calibration_scores, fit_thresholds
 from .accuracy import correct_flags, dynamic_k_summary, greedy_accuracy, maj_at_k, mean_accuracy, mean_pass_at_k
 from .coverage import coverage_at_k, post_selection_coverage
-from ..calibration import Thresholds, calibration_scores, fit_thresholds
 from .sampling import generate_completions
 from .specs import EvaluationSpec
 from .splits import load_split

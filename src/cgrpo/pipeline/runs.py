@@ -19,8 +19,8 @@ from trl import GRPOConfig
 
 from ..calibration import fit_thresholds
 from ..config import CGRPOConfig
-from .specs import CalibrationSpec, TrainSpec, format_grid
 from ..costs import rollout_savings, rollout_savings_with_calibration, rollouts_per_prompt
+from .specs import CalibrationSpec, TrainSpec, format_grid
 from .splits import load_split
 from .tasks import get_task
 from .timing import TimedGRPOTrainer, generation_seconds
