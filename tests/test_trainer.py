@@ -274,3 +274,36 @@ def test_initial_thresholds_replace_the_first_calibration(tiny_model_dir, tmp_pa
         CGRPOTrainer(model=tiny_model_dir, reward_funcs=_length_reward, args=_config(tmp_path), train_dataset=_data(8),
                      calibration_dataset=_data(2), answer_extractor=str,
                      initial_thresholds=Thresholds(delta=0.2, qhat={2: 0.5}, solve_rate=0.9, n_calibration=4))
+
+
+def _raise(*args, **kwargs):
+    raise RuntimeError("user code failed")
+
+
+def test_an_extractor_that_raises_finds_no_answer_and_training_goes_on(tiny_model_dir, tmp_path, caplog):
+    trainer = _trainer(tiny_model_dir, tmp_path, extractor=_raise)
+    with caplog.at_level("WARNING", logger="cgrpo.trainer"):
+        output = _score_batch(trainer, prompts=2)
+    # No answer is ever extracted, so no prompt stops early: calibration (4 x 8) and both groups (2 x 8) count.
+    assert trainer.cgrpo_totals["extraction_errors"] == 4 * 8 + 2 * 8
+    assert output["completion_mask"].size(0) == 2 * 8
+    assert caplog.text.count("user code failed") == 1
+
+
+def test_a_verifier_that_raises_fails_its_completions_and_training_goes_on(tiny_model_dir, tmp_path):
+    trainer = _trainer(tiny_model_dir, tmp_path, score="first_success", verifier=_raise)
+    _score_batch(trainer, prompts=2)
+    # One verifier call per calibration example and per increment of each prompt (2, 2, 4): 4 + 2 * 3.
+    assert trainer.cgrpo_totals["verifier_errors"] == 4 + 2 * 3
+    assert trainer.budget_histogram == {8: 2}
+
+
+@pytest.mark.parametrize(
+    ("reward", "message"),
+    [(lambda completions, **kw: [1.0], "returned 1 rewards for 4 completions"),
+     (lambda completions, **kw: ["good"] * len(completions), "returned 'good', not a number")],
+)
+def test_a_reward_function_must_return_one_number_per_completion(tiny_model_dir, tmp_path, reward, message):
+    trainer = _trainer(tiny_model_dir, tmp_path, reward=reward)
+    with pytest.raises(ValueError, match=message):
+        _score_batch(trainer, prompts=2)

@@ -25,7 +25,8 @@ def real_rows_only(func, pad_mask: Callable[[], Sequence[bool] | None]):
     def call(prompts, completions, completion_ids, **kwargs):
         pad = pad_mask()
         if pad is None or not any(pad):
-            return None, func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+            rows = list(range(len(completions)))
+            return (rows, None), func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
         keep = [i for i, p in enumerate(pad) if not p]
         pick = functools.partial(_pick_rows, keep=keep, rows=len(pad))
         if "log_extra" in kwargs:
@@ -35,16 +36,9 @@ def real_rows_only(func, pad_mask: Callable[[], Sequence[bool] | None]):
                                       completion_ids=pick(completion_ids), **picked)
 
     def scatter(layout, rewards):
-        if layout is None:
-            return rewards
         keep, rows = layout
-        rewards = list(rewards)
-        if len(rewards) != len(keep):
-            raise ValueError(
-                f"reward function {func.__name__} returned {len(rewards)} rewards for {len(keep)} completions; "
-                "return one per completion."
-            )
-        return _scatter(rewards, keep, rows)
+        rewards = _checked_rewards(func, rewards, len(keep))
+        return rewards if rows is None else _scatter(rewards, keep, rows)
 
     if inspect.iscoroutinefunction(func):
         async def wrapped_async(prompts, completions, completion_ids, **kwargs):
@@ -57,6 +51,23 @@ def real_rows_only(func, pad_mask: Callable[[], Sequence[bool] | None]):
         return scatter(*call(prompts, completions, completion_ids, **kwargs))
 
     return _named_like(wrapped, func)
+
+
+def _checked_rewards(func, rewards, expected: int) -> list:
+    """The rewards as a list, or a ValueError naming the function when they are not one number (or None) each."""
+    rewards = list(rewards)
+    if len(rewards) != expected:
+        raise ValueError(
+            f"reward function {func.__name__} returned {len(rewards)} rewards for {expected} completions; "
+            "return one per completion."
+        )
+    bad = [r for r in rewards if r is not None and (isinstance(r, (str, bytes)) or not hasattr(r, "__float__"))]
+    if bad:
+        raise ValueError(
+            f"reward function {func.__name__} returned {bad[0]!r}, not a number; return a float (or None) per "
+            "completion."
+        )
+    return rewards
 
 
 def _named_like(wrapper, func):

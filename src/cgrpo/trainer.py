@@ -90,8 +90,9 @@ class CGRPOTrainer(GRPOTrainer):
         thresholds (`Thresholds | None`): the thresholds in force.
         calibration_history (`list[dict]`): one record per calibration (step, delta, qhat, solve rate, cost).
         cgrpo_totals (`dict[str, float]`): generated rollouts and tokens in training and calibration (all processes),
-            groups sampled, throwaway lockstep rollouts (all processes, training and calibration calls), and seconds
-            spent in training generation and calibration.
+            groups sampled, throwaway lockstep rollouts (all processes, training and calibration calls), seconds
+            spent in training generation and calibration, and the completions whose answer extractor or verifier
+            raised (this process), which count as failed outcomes.
         budget_histogram (`collections.Counter[int]`): training groups (all processes) per budget they stopped at.
     """
 
@@ -129,7 +130,7 @@ class CGRPOTrainer(GRPOTrainer):
         self.calibration_history: list[dict[str, Any]] = []
         self.cgrpo_totals = dict.fromkeys(
             ["train_rollouts", "train_tokens", "groups", "lockstep_rollouts", "calibration_rollouts",
-             "calibration_tokens", "generation_s", "calibration_s"], 0.0
+             "calibration_tokens", "generation_s", "calibration_s", "extraction_errors", "verifier_errors"], 0.0
         )
         self.budget_histogram: Counter[int] = Counter()
         self._lockstep_before_batch = 0.0
@@ -384,12 +385,28 @@ class CGRPOTrainer(GRPOTrainer):
     def _outcomes(self, completions: list, example: dict[str, Any]) -> list:
         texts = [_completion_text(c) for c in completions]
         if self.args.score == "aps":
-            return [_normalise_answer(self.answer_extractor(text)) for text in texts]
+            return [self._extract(text) for text in texts]
         columns = {key: value for key, value in example.items() if key != "prompt"}
-        passes = list(self.verifier(completions=texts, **columns))
+        try:
+            passes = list(self.verifier(completions=texts, **columns))
+        except Exception as error:  # noqa: BLE001 - user code: a verifier that raises is a fail, not a crash
+            self._count_user_error("verifier_errors", error)
+            return [False] * len(texts)
         if len(passes) != len(texts):
             raise ValueError(f"verifier returned {len(passes)} results for {len(texts)} completions; return one bool per completion.")
         return [bool(p) for p in passes]
+
+    def _extract(self, text: str) -> str | None:
+        try:
+            return _normalise_answer(self.answer_extractor(text))
+        except Exception as error:  # noqa: BLE001 - user code: an extractor that raises found no answer
+            self._count_user_error("extraction_errors", error)
+            return None
+
+    def _count_user_error(self, key: str, error: Exception) -> None:
+        if not self.cgrpo_totals[key]:
+            logger.warning("C-GRPO counts a %s as a failed outcome and goes on; the first: %r", key[:-1], error)
+        self.cgrpo_totals[key] += 1
 
     def _pad_groups(self, rows: list[list[tuple]]):
         """Pad every group to the full width with one-token EOS rows, in TRL's `_generate` return layout."""
@@ -461,6 +478,8 @@ class CGRPOTrainer(GRPOTrainer):
         metrics["cgrpo/rollout_savings"].append(rollout_savings(generated, len(ks), width))
         metrics["cgrpo/rollouts_generated"].append(generated)
         metrics["cgrpo/lockstep_rollouts"].append(lockstep)
+        errors = self.cgrpo_totals["extraction_errors"] + self.cgrpo_totals["verifier_errors"]
+        metrics["cgrpo/outcome_errors"].append(errors)
         metrics["cgrpo/tokens_generated"].append(lengths.sum().item())
         metrics["cgrpo/delta"].append(self.thresholds.delta)
         metrics["cgrpo/calibration_solve_rate"].append(self.thresholds.solve_rate)
