@@ -91,3 +91,21 @@ def test_the_wildcard_pattern_accepts_exactly_the_run_names():
     names = ["base", cgrpo_run_name(0, [2, 4], 0.1, 80), grpo_run_name(1, 8, matched=True), grpo_run_name(2, 32)]
     assert all(re.fullmatch(RUN_NAME_PATTERN, name) for name in names)
     assert not any(re.fullmatch(RUN_NAME_PATTERN, name) for name in ["cgrpo_s0_g2-4", "grpo_s1_G8_other", "bases"])
+
+
+def test_model_sources_are_checked_before_any_job_loads_them(tiny_model_dir, tmp_path, monkeypatch):
+    from cgrpo.pipeline.specs import check_model_source
+
+    check_model_source(tiny_model_dir)
+    check_model_source("org/some-model", offline=False)
+    for location, message in [
+        (str(tmp_path / "missing"), "does not exist; fix the path or set base_model.bootstrap: true"),
+        ("./models/missing", "does not exist"),
+        (str(tmp_path), "has no config.json"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            check_model_source(location)
+    # Offline, a hub id must already be in the local cache, which holds no "org/some-model".
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ValueError, match="not in the local cache, and HF_HUB_OFFLINE is set"):
+        check_model_source("org/some-model")

@@ -136,6 +136,7 @@ def _set(config: dict, dotted: str, value) -> None:
         ("trainig", {"max_steps": 3}, "'trainig' was unexpected"),
         ("cgrpo.options.scor", "aps", "'scor' was unexpected"),
         ("base_model.bootstrap", False, "['base_model']['path']"),
+        ("base_model", {"bootstrap": False, "path": "/no/such/model"}, "config key base_model.path '/no/such/model' does"),
         ("training.num_generations", 8, "training.num_generations"),
         ("seeds", [], "['seeds']"),
     ],

@@ -29,6 +29,12 @@ def check_config(config):
         except ValueError as error:
             raise WorkflowError(f"config key cgrpo.budget_grids[{index}]: {error}") from None
     check_fixed_deltas(config)
+    if not config["base_model"]["bootstrap"]:
+        try:
+            # Offline availability of a hub id is the base_model rule's check: a dry run needs no model.
+            specs.check_model_source(config["base_model"]["path"], offline=False)
+        except ValueError as error:
+            raise WorkflowError(f"config key {error}") from None
     # Group sizes come from cgrpo.budget_grids and grpo.num_generations, one per run.
     for key, section in [
         ("training", config["training"]),

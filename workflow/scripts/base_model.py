@@ -5,6 +5,7 @@ from pathlib import Path
 
 from cgrpo.pipeline.bootstrap import bootstrap_base_model
 from cgrpo.pipeline.logs import log_to_file
+from cgrpo.pipeline.specs import check_model_source
 
 # The bootstrap is deterministic for a given thread count, so pin it to the job's threads.
 log_to_file(snakemake.log[0], threads=snakemake.threads)
@@ -13,4 +14,7 @@ settings = snakemake.params.settings
 record = Path(snakemake.output.record)
 if settings["bootstrap"]:
     bootstrap_base_model(record.parent, verbose=True, **settings["options"])
+else:
+    # Before any job loads it: a missing folder, or a hub id that cannot be downloaded, is one clear error here.
+    check_model_source(settings["path"])
 record.write_text(json.dumps(settings, indent=1) + "\n")

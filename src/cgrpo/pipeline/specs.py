@@ -11,8 +11,10 @@ serves every training seed), and a method's trainer options are `training` updat
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -23,6 +25,7 @@ __all__ = [
     "RunName",
     "TrainSpec",
     "calibration_spec",
+    "check_model_source",
     "cgrpo_run_name",
     "evaluation_spec",
     "format_delta",
@@ -107,6 +110,37 @@ def parse_run_name(name: str) -> RunName:
                        parse_delta(match["delta"]), int(match["recal"]))
     return RunName("grpo", int(match["grpo_seed"]), num_generations=int(match["group_size"]),
                    compute_matched=match["matched"] is not None)
+
+
+# --------------------------------------------------------------------------- model sources
+
+
+def check_model_source(location: str, offline: bool | None = None) -> None:
+    """Raise a ValueError naming `base_model.path` unless `location` is a saved model folder or a reachable hub id.
+
+    A location that exists must be a folder with `config.json`. One that does not exist is a hub id ("org/name"),
+    unless it is spelled like a path (absolute, starting with ".", or with more than one "/"). Offline (`offline`, by
+    default the `HF_HUB_OFFLINE` variable), a hub id must already be in the local Hugging Face cache.
+    """
+    path = Path(location)
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"base_model.path {location!r} has no config.json; point it at a folder saved with "
+                             "save_pretrained.")
+        return
+    if path.is_absolute() or location.startswith(".") or location.count("/") > 1:
+        raise ValueError(
+            f"base_model.path {location!r} does not exist; fix the path or set base_model.bootstrap: true."
+        )
+    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") if offline is None else offline
+    if offline:
+        from huggingface_hub import try_to_load_from_cache
+
+        if not isinstance(try_to_load_from_cache(location, "config.json"), str):
+            raise ValueError(
+                f"base_model.path {location!r} is a hub id that is not in the local cache, and HF_HUB_OFFLINE is set; "
+                f"download it first (huggingface-cli download {location}) or point the path at a local folder."
+            )
 
 
 # --------------------------------------------------------------------------- specs
