@@ -16,6 +16,8 @@ import torch
 def real_rows_only(func, pad_mask: Callable[[], Sequence[bool] | None]):
     """Wrap a reward function so that padded rows never reach it; they get None, which TRL turns into NaN.
 
+    The wrapper also checks that the function returns one number (or None) per completion it was given.
+
     `pad_mask()` returns the current batch's padding flags, or None outside C-GRPO training generation. Reward models
     (`nn.Module`) and hub ids pass through: the trainer overwrites their padded rows with NaN.
     """
@@ -25,8 +27,8 @@ def real_rows_only(func, pad_mask: Callable[[], Sequence[bool] | None]):
     def call(prompts, completions, completion_ids, **kwargs):
         pad = pad_mask()
         if pad is None or not any(pad):
-            rows = list(range(len(completions)))
-            return (rows, None), func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+            return (range(len(completions)), None), func(prompts=prompts, completions=completions,
+                                                          completion_ids=completion_ids, **kwargs)
         keep = [i for i, p in enumerate(pad) if not p]
         pick = functools.partial(_pick_rows, keep=keep, rows=len(pad))
         if "log_extra" in kwargs:

@@ -6,6 +6,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 from cgrpo.calibration import training_grid
+from cgrpo.conformal import smallest_supported_delta
 from cgrpo.pipeline import specs
 from cgrpo.pipeline.specs import format_delta, format_grid
 
@@ -57,10 +58,10 @@ def check_fixed_deltas(config):
         ("evaluation.deltas", config["evaluation"]["deltas"], split_size, "splits.sizes.calibration"),
     ]:
         for delta in deltas:
-            if size and delta != "auto" and delta < 1 / (size + 1):
+            if size and delta != "auto" and delta < smallest_supported_delta(size):
                 raise WorkflowError(
-                    f"config key {key} has {delta}, below 1/(n+1) = {1 / (size + 1):.4f} for the n = {size} "
-                    f"calibration examples of {size_key}: use a delta of at least that or more examples."
+                    f"config key {key} has {delta}, below 1/(n+1) = {smallest_supported_delta(size):.4f} for the "
+                    f"n = {size} calibration examples of {size_key}: use a delta of at least that or more examples."
                 )
 
 

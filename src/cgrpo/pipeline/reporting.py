@@ -228,6 +228,15 @@ def _interval(values: pd.Series) -> tuple[float, float, float]:
     return mean_ci(values.astype(float))
 
 
+def _means_with_intervals(group: pd.DataFrame, metrics: Mapping[str, str]) -> dict[str, float]:
+    """Each metric's mean across the group's seeds under its plain name, and its interval's two ends beside it."""
+    row = {}
+    for column, name in metrics.items():
+        mean, low, high = _interval(pd.to_numeric(group[column], errors="coerce"))
+        row.update({name: mean, f"{name} {CI_LOW}": low, f"{name} {CI_HIGH}": high})
+    return row
+
+
 def by_method_table(summary: pd.DataFrame, metrics: Mapping[str, str] = BY_METHOD_METRICS) -> pd.DataFrame:
     """Mean and 95% interval across seeds of each metric, per method and setting.
 
@@ -235,13 +244,10 @@ def by_method_table(summary: pd.DataFrame, metrics: Mapping[str, str] = BY_METHO
     column and ``95% CI low`` / ``95% CI high`` columns (Student t, via
     :func:`cgrpo.pipeline.statistics.mean_ci`; empty with a single seed).
     """
-    rows = []
-    for (method, setting), group in summary.groupby(["method", "setting"], sort=False):
-        row: dict[str, Any] = {"method": method, "setting": setting, "seeds": len(group)}
-        for column, name in metrics.items():
-            mean, low, high = _interval(pd.to_numeric(group[column], errors="coerce"))
-            row.update({name: mean, f"{name} {CI_LOW}": low, f"{name} {CI_HIGH}": high})
-        rows.append(row)
+    rows = [
+        {"method": method, "setting": setting, "seeds": len(group), **_means_with_intervals(group, metrics)}
+        for (method, setting), group in summary.groupby(["method", "setting"], sort=False)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -264,9 +270,9 @@ def paired_table(
 ) -> pd.DataFrame:
     """C-GRPO minus GRPO, seed by seed, for each C-GRPO setting and each of its baselines.
 
-    Baselines of a C-GRPO setting are every fixed-G GRPO setting plus the compute-matched GRPO
-    whose ``matched`` record (from :func:`cgrpo.pipeline.matching.match_group_size`) names that setting. Only seeds run by
-    both sides are paired. Each metric gets the mean difference and its 95% interval
+    Baselines of a C-GRPO setting are every fixed-G GRPO setting plus the compute-matched GRPO whose ``matched``
+    record (from :func:`cgrpo.pipeline.matching.match_group_size`) names that setting. Only seeds run by both sides
+    are paired. Each metric gets the mean difference and its 95% interval
     (:func:`cgrpo.pipeline.statistics.paired_difference_ci`).
     """
     rows = []
@@ -360,12 +366,8 @@ def delta_sweep_table(summary: pd.DataFrame, conformal: pd.DataFrame, calibratio
     rows = []
     for (setting, mode), group in runs.groupby(["setting", "delta_mode"], sort=False):
         delta = group["chosen_delta"].mean()
-        row: dict[str, Any] = {"setting": setting, "delta_mode": mode, "delta": delta, "nominal coverage": 1 - delta,
-                               "seeds": len(group)}
-        for column, name in SWEEP_METRICS.items():
-            mean, low, high = _interval(pd.to_numeric(group[column], errors="coerce"))
-            row.update({name: mean, f"{name} {CI_LOW}": low, f"{name} {CI_HIGH}": high})
-        rows.append(row)
+        rows.append({"setting": setting, "delta_mode": mode, "delta": delta, "nominal coverage": 1 - delta,
+                     "seeds": len(group), **_means_with_intervals(group, SWEEP_METRICS)})
     columns = ["setting", "delta_mode", "delta", "nominal coverage", "seeds"]
     return pd.DataFrame(rows, columns=None if rows else columns).sort_values("delta", ignore_index=True)
 
