@@ -1,5 +1,6 @@
 """Build a tiny base model fully offline: a tokenizer trained on task text, and a small Llama warm-started
-with supervised fine-tuning (TRL ``SFTTrainer``) on generated arithmetic problems.
+with supervised fine-tuning (TRL ``SFTTrainer``) on generated arithmetic problems (``task="arithmetic"``, the
+default) or generated function-writing problems of the code task (``task="code"``).
 
 The result is saved with ``save_pretrained``, so later steps load it by path exactly like a Hub model::
 
@@ -10,6 +11,10 @@ SFT problems are generated from seed ``seed + SFT_SEED_OFFSET``, a different str
 split pool (the arithmetic task's seed, 0 by default). The streams are not disjoint: small problems recur
 in both, so the base model has seen some easy pool problems verbatim. Evaluation sets that must be unseen
 are filtered against :func:`sft_problems` (see ``benchmarks/base_model.py``).
+
+For the code task the SFT prompt is the task's prompt (the problem, its first test, an open ```` ```python ````
+block) and the completion is the reference program followed by the closing fence, so that the model learns to write
+a function and stop.
 
 Training runs on CPU and is deterministic for a given seed and ``torch`` thread count.
 """
@@ -31,6 +36,10 @@ from trl import SFTConfig, SFTTrainer
 
 from .tasks import get_task
 from .tasks.arithmetic import ITEMS, OPS_WEIGHTS, SIZE_WEIGHTS, generate_problems
+from .tasks.code import generate_functions
+
+# Tasks the bootstrap can generate SFT data for.
+BOOTSTRAP_TASKS = ("arithmetic", "code")
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 SFT_SEED_OFFSET = 10_000
@@ -69,10 +78,18 @@ class BootstrapSettings:
     # `unit_rate` of the time, which the hash format's strict answer extraction rejects.
     unit_items: int = 0
     unit_rate: float = 0.0
+    # The SFT data: "arithmetic" word problems, or "code" function-writing problems (cgrpo.pipeline.tasks.code), for
+    # which `ops_weights` weighs programs of 1, 2 and 3 operations and `answer_format`, `size_weights` and the
+    # answer habit do not apply.
+    task: str = "arithmetic"
 
 
 def sft_problems(settings: BootstrapSettings) -> Dataset:
-    """The generated problems (``question``, worked ``answer``) the base model is fine-tuned on."""
+    """The generated problems (``question``, worked ``answer``) the base model is fine-tuned on; for the code task,
+    function-writing problems (``question``, reference program ``answer``, ``tests``)."""
+    if settings.task == "code":
+        return generate_functions(settings.num_examples, settings.seed + SFT_SEED_OFFSET,
+                                  ops_weights=settings.ops_weights)
     problems = generate_problems(
         settings.num_examples,
         settings.seed + SFT_SEED_OFFSET,
@@ -95,8 +112,21 @@ def _answers_with_units(problems: Dataset, settings: BootstrapSettings) -> list[
     ]
 
 
-def sft_dataset(problems: Dataset, answer_format: str) -> Dataset:
-    """Prompt-completion pairs, so SFT puts the loss on the worked answer only."""
+def sft_dataset(problems: Dataset, answer_format: str, task: str = "arithmetic") -> Dataset:
+    """Prompt-completion pairs, so SFT puts the loss on the worked answer only.
+
+    For ``task="code"`` the prompt shows the problem and its first test and opens a python block; the completion is
+    the reference program and the closing fence (EOS follows it in :func:`tokenize_sft`).
+    """
+    if task == "code":
+        code = get_task("code", num_examples=1)
+        return Dataset.from_dict(
+            {
+                "prompt": [code.format_prompt(question, tests)
+                           for question, tests in zip(problems["question"], problems["tests"])],
+                "completion": [f"{program}\n```" for program in problems["answer"]],
+            }
+        )
     task = get_task("arithmetic", answer_format=answer_format)
     return Dataset.from_dict(
         {
@@ -126,20 +156,28 @@ def tokenize_sft(dataset: Dataset, tokenizer: PreTrainedTokenizerFast) -> Datase
     return Dataset.from_dict({"input_ids": input_ids, "labels": labels})
 
 
-def train_tokenizer(texts: list[str], vocab_size: int, max_length: int) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    texts: list[str], vocab_size: int, max_length: int, split_lines: bool = False
+) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer trained on ``texts``, with one token per digit.
 
     Merges may cross spaces, so the fixed wording of the generated problems collapses into a few
     tokens (short sequences keep CPU training and generation fast), while every digit stays its own
     token so the model learns arithmetic digit by digit. Byte-level pieces still encode any text.
+
+    With ``split_lines`` no merge crosses the end of a line (each line, newline included, is its own
+    pre-token): code prompts end with a line (```` ```python ```` and a newline) whose last token would
+    otherwise merge with the completion's first characters, and the prompt would no longer end on a
+    token boundary.
     """
     tokenizer = Tokenizer(models.BPE(unk_token=UNK))
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Digits(individual_digits=True),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
+    steps = [
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ]
+    if split_lines:
+        steps.insert(0, pre_tokenizers.Split("\n", behavior="merged_with_previous"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(steps)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -217,6 +255,13 @@ def _sft_config(output_dir: str, settings: BootstrapSettings, verbose: bool) -> 
 def _check_settings(config: BootstrapSettings) -> None:
     """Raise ValueError on settings that would fail or mislead only after minutes of training."""
     get_task("arithmetic", answer_format=config.answer_format)  # validates answer_format
+    if config.task not in BOOTSTRAP_TASKS:
+        raise ValueError(f"Unknown bootstrap task {config.task!r}; use one of {', '.join(BOOTSTRAP_TASKS)}.")
+    if config.task == "code" and config.unit_items:
+        raise ValueError(
+            f"unit_items={config.unit_items} is an answer habit of the arithmetic task; set unit_items to 0 for the "
+            "code task."
+        )
     if config.warmup_steps + _decay_steps(config) > _num_steps(config):
         raise ValueError(
             f"warmup_steps ({config.warmup_steps}) plus decay steps ({_decay_steps(config)}) exceed the "
@@ -248,9 +293,9 @@ def bootstrap_base_model(output_dir: str | Path, *, verbose: bool = False, **set
     config = BootstrapSettings(**settings)
     _check_settings(config)
     output_dir = Path(output_dir)
-    dataset = sft_dataset(sft_problems(config), config.answer_format)
+    dataset = sft_dataset(sft_problems(config), config.answer_format, config.task)
     texts = [prompt + completion for prompt, completion in zip(dataset["prompt"], dataset["completion"])]
-    tokenizer = train_tokenizer(texts, config.vocab_size, config.max_positions)
+    tokenizer = train_tokenizer(texts, config.vocab_size, config.max_positions, split_lines=config.task == "code")
     model = build_model(tokenizer, config)
     with tempfile.TemporaryDirectory() as scratch:
         trainer = SFTTrainer(
