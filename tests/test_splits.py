@@ -54,11 +54,15 @@ def test_too_small_pool_fails_before_writing(tmp_path, pool):
     assert not (tmp_path / "out").exists()
 
 
-def test_eval_from_a_separate_pool_drops_its_examples_from_train(tmp_path):
+def test_eval_from_a_separate_pool_that_overlaps_train_is_refused_or_dropped(tmp_path):
     train_pool = [{"question": f"Q{i}", "answer": f"#### {i}"} for i in range(30)]
     test_pool = [{"question": f"Q{i}", "answer": f"#### {i}"} for i in range(25, 35)]  # 5 also in train_pool
-    make_splits(train_pool, tmp_path, sizes={"train": 20, "calibration": None, "eval": None}, seed=0,
-                eval_pool=test_pool)
+    sizes = {"train": 20, "calibration": None, "eval": None}
+    with pytest.raises(SplitLeakError, match="5 example\\(s\\) of the eval source split also occur in the training "
+                                             "pool \\(e.g. 'Q25'\\); remove them .* or set splits.drop_overlap"):
+        make_splits(train_pool, tmp_path, sizes=sizes, seed=0, eval_pool=test_pool)
+    assert not list(tmp_path.iterdir())
+    make_splits(train_pool, tmp_path, sizes=sizes, seed=0, eval_pool=test_pool, drop_overlap=True)
     splits = load_splits({name: tmp_path / f"{name}.jsonl" for name in ("train", "calibration", "eval")})
     assert splits["eval"].num_rows == 10
     assert splits["train"].num_rows + splits["calibration"].num_rows == 25

@@ -2,14 +2,19 @@
 
 from pathlib import Path
 
+from cgrpo.pipeline.config_checks import needed_splits
 from cgrpo.pipeline.logs import log_to_file
 from cgrpo.pipeline.splits import make_splits
 from cgrpo.pipeline.tasks import get_task
+from cgrpo.pipeline.tasks.files import hub_offline
 
 log_to_file(snakemake.log[0])
 
 params = snakemake.params.split
 task = get_task(params["task"]["name"], **params["task"]["options"])
+if task.source is not None:
+    # Planning skipped the hub lookup (the planning machine need not be this one); this is the first job to read.
+    task.source.check(needed_splits(params["eval_source_split"]), offline=hub_offline())
 eval_pool = task.load(params["eval_source_split"]) if params["eval_source_split"] else None
 make_splits(
     task.load("train"),
@@ -17,4 +22,5 @@ make_splits(
     sizes=params["sizes"],
     seed=params["seed"],
     eval_pool=eval_pool,
+    drop_overlap=params["drop_overlap"],
 )

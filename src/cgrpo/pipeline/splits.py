@@ -44,12 +44,12 @@ def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _dedupe(examples: Iterable[Mapping], exclude: set[str] = frozenset()) -> dict[str, dict]:
-    """First occurrence of each content hash, in pool order, leaving out hashes in ``exclude``."""
+def _dedupe(examples: Iterable[Mapping]) -> dict[str, dict]:
+    """First occurrence of each content hash, in pool order."""
     unique: dict[str, dict] = {}
     for example in examples:
         unique.setdefault(content_hash(example), dict(example))
-    return {key: example for key, example in unique.items() if key not in exclude}
+    return unique
 
 
 def _allocate(sizes: Mapping[str, int | None], available: int) -> dict[str, int]:
@@ -89,12 +89,14 @@ def make_splits(
     sizes: Mapping[str, int | None],
     seed: int,
     eval_pool: Iterable[Mapping] | None = None,
+    drop_overlap: bool = False,
 ) -> Path:
     """Write disjoint splits of ``pool`` to ``out_dir`` and return the path of their manifest.
 
     ``sizes`` maps split names to sizes, e.g. ``{"train": 1000, "calibration": 200, "eval": 200}``;
     one size per source may be ``None`` to take the rest. With ``eval_pool`` (say GSM8K's test split)
-    the ``"eval"`` split is drawn from it instead, and pool examples that also occur in it are dropped.
+    the ``"eval"`` split is drawn from it instead. Examples of ``pool`` that also occur in ``eval_pool`` raise
+    :class:`SplitLeakError`, or with ``drop_overlap`` are left out of the other splits.
     Examples need ``question`` and ``answer``; other fields are kept.
     """
     pool_sizes = {name: size for name, size in sizes.items() if eval_pool is None or name != "eval"}
@@ -103,9 +105,11 @@ def make_splits(
     else:
         if "eval" not in sizes:
             raise ValueError("eval_pool was given but sizes has no 'eval' entry; add one, e.g. 'eval': None.")
-        evals = _dedupe(eval_pool)
+        evals, unique = _dedupe(eval_pool), _dedupe(pool)
+        if not drop_overlap:
+            _refuse_overlap(evals, unique)
         splits = _carve(evals, {"eval": sizes["eval"]}, seed)
-        splits.update(_carve(_dedupe(pool, exclude=set(evals)), pool_sizes, seed))
+        splits.update(_carve({key: row for key, row in unique.items() if key not in evals}, pool_sizes, seed))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest = {"seed": seed, "splits": {}}
@@ -120,6 +124,16 @@ def make_splits(
         }
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return out_dir / MANIFEST
+
+
+def _refuse_overlap(evals: dict[str, dict], pool: dict[str, dict]) -> None:
+    shared = [pool[key] for key in pool if key in evals]
+    if shared:
+        raise SplitLeakError(
+            f"{len(shared)} example(s) of the eval source split also occur in the training pool (e.g. "
+            f"{shared[0]['question'][:80]!r}); remove them from one of the files, or set splits.drop_overlap: true "
+            "to leave them out of train and calibration."
+        )
 
 
 def _manifest_path(path: str | Path) -> Path:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datasets import Dataset
 
 from .answers import check_answer_format, extract_answer, parse_gold
+from .files import DataSource
 from .rewards import math_reward_funcs
 
 Prompt = str | list[dict[str, str]]
@@ -34,6 +35,8 @@ class Task:
     chat: bool = False
     # Execution tasks (code) check completions by running them; math tasks compare numbers instead.
     verifier: Callable | None = None
+    # Checked at workflow planning (None for generated data, which needs no file).
+    source: DataSource | None = None
 
     def __post_init__(self) -> None:
         check_answer_format(self.answer_format)

@@ -1,0 +1,158 @@
+"""Checks of a workflow config that its JSON schema cannot express, run when Snakemake plans the workflow.
+
+Each bad input gets one sentence naming the config key and the fix, before any job starts. The config must have
+been validated against ``workflow/schemas/config.schema.yaml`` first (which fills in the defaults).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..calibration import training_grid
+from ..conformal import smallest_supported_delta
+from .specs import check_model_source, method_trainer
+from .tasks import check_task_score, get_task
+from .config_options import BOOTSTRAP_SETTINGS, GRPO_CONFIG, LORA_CONFIG, check_options
+
+class ConfigError(ValueError):
+    """A workflow config that cannot run; the message names the key and the fix."""
+
+
+def check_config(config: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` for the first problem found in a schema-validated ``config``.
+
+    Hub ids of models and datasets are not looked up: the machine that plans a workflow need not be the one that
+    runs it, so their offline availability is checked by the first job that needs them (base_model, split).
+    """
+    try:
+        check_budget_grids(config)
+        check_fixed_deltas(config)
+        check_task(config)
+        check_model(config)
+        check_trainer_sections(config)
+        check_batch_sizes(config)
+    except ConfigError:
+        raise
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
+def check_budget_grids(config: Mapping[str, Any]) -> None:
+    for index, grid in enumerate(config["cgrpo"]["budget_grids"]):
+        # The schema accepts 2.0 as an integer, and cannot say "strictly increasing".
+        if any(type(k) is not int for k in grid) or grid != sorted(set(grid)):
+            raise ConfigError(
+                f"config key cgrpo.budget_grids[{index}] = {grid} must be a strictly increasing list of integers, "
+                "e.g. [2, 4, 8, 16, 32]."
+            )
+        try:
+            training_grid(grid)
+        except ValueError as error:
+            raise ConfigError(f"config key cgrpo.budget_grids[{index}]: {error}") from None
+
+
+def check_fixed_deltas(config: Mapping[str, Any]) -> None:
+    """Reject a fixed delta below 1/(n+1), which n calibration examples cannot certify."""
+    split_size = config["splits"]["sizes"]["calibration"]
+    training_size = config["cgrpo"]["options"]["num_calibration_samples"] or split_size
+    for key, deltas, size, size_key in [
+        ("cgrpo.deltas", config["cgrpo"]["deltas"], training_size, "cgrpo.options.num_calibration_samples"),
+        ("evaluation.deltas", config["evaluation"]["deltas"], split_size, "splits.sizes.calibration"),
+    ]:
+        for delta in deltas:
+            if size and delta != "auto" and delta < smallest_supported_delta(size):
+                smallest = smallest_supported_delta(size)
+                raise ConfigError(
+                    f"config key {key} has {delta}, below 1/(n+1) = {smallest:.4f} for the n = {size} calibration "
+                    f"examples of {size_key}, which certify coverage up to {1 - smallest:.4f} only: use a delta of "
+                    f"at least {smallest:.4f} or more examples."
+                )
+
+
+def needed_splits(eval_source_split: str | None) -> list[str]:
+    """The task splits the split rule reads: train, and ``splits.eval_source_split`` when set."""
+    return ["train"] + ([eval_source_split] if eval_source_split else [])
+
+
+def check_task(config: Mapping[str, Any]) -> None:
+    """Reject task options the task's factory refuses, data it cannot read, a score it cannot compute (aps needs
+    answers to compare with a gold answer, first_success and pass_rate a verifier) and a bootstrap on another task's
+    data."""
+    name = config["task"]["name"]
+    try:
+        task = get_task(name, **config["task"]["options"])
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"config key task.options of task {name!r}: {error}") from None
+    if task.source is not None:
+        task.source.check(needed_splits(config["splits"]["eval_source_split"]), offline=False)
+    try:
+        check_task_score(task, config["cgrpo"]["options"]["score"])
+    except ValueError as error:
+        raise ConfigError(f"config key cgrpo.options.score: {error}") from None
+    if config["base_model"]["bootstrap"]:
+        bootstrap_task = config["base_model"]["options"].get("task", "arithmetic")
+        # gsm8k shares the arithmetic task's format, so the arithmetic bootstrap serves it.
+        expected = "code" if name == "code" else "arithmetic"
+        if bootstrap_task != expected:
+            raise ConfigError(
+                f"config key base_model.options.task is {bootstrap_task!r}, but task {name!r} needs a base model "
+                f"bootstrapped on {expected!r} data: set base_model.options.task to {expected!r}."
+            )
+
+
+def check_model(config: Mapping[str, Any]) -> None:
+    """Reject bootstrap options the bootstrap lacks, or a model path that holds no saved model."""
+    if config["base_model"]["bootstrap"]:
+        check_options(config["base_model"]["options"], "base_model.options", BOOTSTRAP_SETTINGS)
+        return
+    # Offline availability of a hub id is the base_model rule's check: a dry run needs no model.
+    try:
+        check_model_source(config["base_model"]["path"], offline=False)
+    except ValueError as error:
+        raise ConfigError(f"config key {error}") from None
+
+
+def check_trainer_sections(config: Mapping[str, Any]) -> None:
+    """Reject GRPOConfig and LoraConfig options that do not exist or have the wrong type, and group sizes set outside
+    the grids."""
+    # The shared section, then each method's overrides of it.
+    sections = {"training": config["training"],
+                **{f"{method}.trainer": config[method]["trainer"] for method in ("cgrpo", "grpo", "dapo")}}
+    for key, section in sections.items():
+        if "num_generations" in section:
+            # Group sizes come from cgrpo.budget_grids, grpo.num_generations and dapo.num_generations, one per run.
+            raise ConfigError(
+                f"config key {key}.num_generations is not allowed: set group sizes with cgrpo.budget_grids, "
+                "grpo.num_generations and dapo.num_generations."
+            )
+        check_options(section, key, GRPO_CONFIG, " (C-GRPO's own options go under cgrpo.options, DAPO's under dapo)")
+    if config["peft"]:
+        check_options(config["peft"], "peft", LORA_CONFIG)
+
+
+def _generation_batch_size(trainer: Mapping[str, Any]) -> int:
+    # TRL's rule on one process (the pipeline's): a generation batch spans steps_per_generation optimizer
+    # micro-batches, gradient_accumulation_steps of them unless set.
+    if trainer.get("generation_batch_size"):
+        return int(trainer["generation_batch_size"])
+    steps = trainer.get("steps_per_generation") or trainer.get("gradient_accumulation_steps", 1)
+    return int(trainer.get("per_device_train_batch_size", 8)) * int(steps)
+
+
+def check_batch_sizes(config: Mapping[str, Any]) -> None:
+    """Reject a generation batch that cannot hold whole groups of a method's group size (C-GRPO's largest budget)."""
+    sizes = [("cgrpo", "cgrpo.budget_grids", max(grid)) for grid in config["cgrpo"]["budget_grids"]]
+    sizes += [(method, f"{method}.num_generations", size) for method in ("grpo", "dapo")
+              for size in config[method]["num_generations"]]
+    for method, key, size in sizes:
+        trainer = method_trainer(config, method)
+        if method == "cgrpo" and not (trainer.get("steps_per_generation") or trainer.get("generation_batch_size")):
+            continue  # CGRPOConfig then picks steps_per_generation so that the batch holds whole groups.
+        batch = _generation_batch_size(trainer)
+        if batch % size:
+            raise ConfigError(
+                f"config key {key} has group size {size}, but {method}'s generation batch of {batch} rows "
+                f"(per_device_train_batch_size x steps_per_generation, from training and {method}.trainer) does not "
+                f"hold whole groups of {size}: make the batch a multiple of {size}."
+            )
