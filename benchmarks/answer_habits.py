@@ -5,8 +5,8 @@ task's strict extraction rejects (``base_model.options.unit_items`` in ``config/
 script tells how much of a trained model's accuracy change comes from dropping that habit and how much
 from computing better. Run from the repository root after ``snakemake --cores 2``::
 
-    python benchmarks/answer_habits.py results/default/base_model results/default/runs/*/model
-    python benchmarks/answer_habits.py --samples 32 --temperature 1.0 results/default/base_model \
+    python benchmarks/answer_habits.py resources/base_model/arithmetic results/default/runs/*/model
+    python benchmarks/answer_habits.py --samples 32 --temperature 1.0 resources/base_model/arithmetic \
         results/default/runs/cgrpo_s0_*/model results/default/runs/grpo_s0_G32/model
 
 For each model it prints accuracy as graded (strict), the share of answers that carry a unit, and the

@@ -25,7 +25,7 @@ from cgrpo.pipeline.tasks import get_task
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="results/default/base_model")
+    parser.add_argument("--model", default="resources/base_model/arithmetic")
     parser.add_argument("--splits", default="results/default/splits")
     parser.add_argument("--reward", choices=["length", "correctness"], default="correctness")
     parser.add_argument("--prompts", type=int, default=8, help="first N training prompts, repeated")

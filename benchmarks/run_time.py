@@ -52,7 +52,10 @@ def run_spec(config: dict, args: argparse.Namespace, results: Path) -> TrainSpec
     """The spec the workflow gives `train_run` for this method and seed (first grid, delta and refit interval;
     GRPO at G = max(grid)), with C-GRPO's generation schedule overridden when asked."""
     grid = config["cgrpo"]["budget_grids"][0]
-    model, splits = str(results / "base_model"), str(results / "splits")
+    # The base_model rule's record says where the model loads from: the bootstrapped folder or the configured path.
+    record = json.loads((results / "base_model" / "source.json").read_text())
+    model = str(results / "base_model") if record["bootstrap"] else record["path"]
+    splits = str(results / "splits")
     if args.method == "grpo":
         return train_grpo_spec(config, grpo_run_name(args.seed, max(grid)), model, splits)
     run = cgrpo_run_name(args.seed, grid, config["cgrpo"]["deltas"][0], config["cgrpo"]["recalibrate_every"][0])

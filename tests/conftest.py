@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +59,58 @@ def bootstrapped_model_dir(tmp_path_factory):
     from cgrpo.pipeline.bootstrap import bootstrap_base_model
 
     return bootstrap_base_model(tmp_path_factory.mktemp("bootstrapped-model"), **TINY_BOOTSTRAP)
+
+
+REPO = Path(__file__).resolve().parents[1]
+# A safety net against a hung run, not a speed target: the smoke run takes about 2 minutes on 2 idle cores.
+SMOKE_TIMEOUT_S = 900
+
+
+def run_smoke(workdir: Path, *args: str, timeout: float = SMOKE_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """The smoke config's Snakemake run in `workdir` (no profile unless `args` names one); stdout and stderr merged."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+               "--configfile", str(REPO / "config" / "smoke.yaml"), *args]
+    return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                          timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory) -> tuple[Path, str]:
+    """The smoke pipeline run once locally, on 2 cores, for every test that checks its results: (workdir, output)."""
+    workdir = tmp_path_factory.mktemp("smoke-local")
+    result = run_smoke(workdir, "--workflow-profile", "none", "--cores", "2")
+    assert result.returncode == 0, result.stdout[-5000:]
+    return workdir, result.stdout
+
+
+SLURM_PROFILE = REPO / "workflow" / "profiles" / "slurm-local"
+PARTITION = "local"
+
+
+def cluster_problem() -> str | None:
+    """Why this machine cannot run the test, or None."""
+    if shutil.which("sbatch") is None or shutil.which("squeue") is None:
+        return "sbatch or squeue not found, no SLURM here (start a local cluster: bash scripts/slurm-local.sh start)"
+    try:
+        result = subprocess.run(["sinfo", "--noheader", "--partition", PARTITION, "--format", "%t"],
+                                capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"the SLURM cluster does not answer sinfo: {error}"
+    if result.returncode != 0:
+        return f"the SLURM cluster does not answer sinfo: {result.stderr.strip()}"
+    states = result.stdout.split()
+    if not any(state.rstrip("*~#") in {"idle", "mix", "alloc"} for state in states):
+        return (f"SLURM partition {PARTITION!r} has no node up (sinfo node states: {states or 'none'}); "
+                "start a local cluster: bash scripts/slurm-local.sh start")
+    return None
+
+
+def run_two_ranks(script: Path, model_dir: str, out: Path) -> list[dict]:
+    """Run `script <model_dir> <out>` on two CPU processes (torchrun, gloo); return each rank's `rank<i>.json`."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               str(script), model_dir, str(out)]
+    result = subprocess.run(command, env=env, cwd=out, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]

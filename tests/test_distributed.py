@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_two_ranks
 
 SCRIPT = Path(__file__).parent / "distributed" / "train_two_ranks.py"
 
@@ -16,12 +13,7 @@ SCRIPT = Path(__file__).parent / "distributed" / "train_two_ranks.py"
 @pytest.fixture(scope="module")
 def ranks(tiny_model_dir, tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("two-ranks")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(SCRIPT), tiny_model_dir, str(out)]
-    result = subprocess.run(command, env=env, cwd=out, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    return run_two_ranks(SCRIPT, tiny_model_dir, out)
 
 
 def test_both_ranks_train_and_hold_identical_thresholds(ranks):

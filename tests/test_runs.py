@@ -1,4 +1,5 @@
-"""cgrpo.pipeline.runs: the cost record of a run, and the copy that stands in for a compute-matched run equal to a fixed-G run."""
+"""cgrpo.pipeline.runs: the cost record of a run, the config's options reaching the trainers, and the copy that stands
+in for a compute-matched run equal to a fixed-G run."""
 
 from __future__ import annotations
 
@@ -7,27 +8,70 @@ from collections import Counter
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from cgrpo.calibration import Thresholds
+from cgrpo.dynamic_sampling import TOTALS_KEYS
+from cgrpo.pipeline import runs, specs
+from cgrpo.pipeline.reporting import setting_label
 from cgrpo.pipeline.runs import _run_record, reuse_compute_matched
 from cgrpo.pipeline.specs import TrainSpec
+from cgrpo.pipeline.splits import make_splits
+from cgrpo.pipeline.tasks import get_task
+from conftest import REPO
 
 
-def test_cgrpo_costs_count_the_lockstep_rows_and_report_them_apart():
-    # 10 groups of width 8 sampled 40 real rows; keeping two processes in lockstep generated 6 throwaway rows.
+def _cgrpo_record(dynamic_totals: dict | None = None) -> dict:
+    """The record of a C-GRPO run that sampled 10 groups of width 8 (40 real rows), plus 6 throwaway rows that kept two
+    processes in lockstep, after an initial calibration of 32 rollouts."""
     totals = {"train_rollouts": 40, "train_tokens": 400, "groups": 10, "lockstep_rollouts": 6, "generation_s": 1.5}
     trainer = SimpleNamespace(cgrpo_totals=totals, calibration_history=[], budget_histogram=Counter({2: 8, 8: 3}),
                               args=SimpleNamespace(num_generations=8, steps_per_generation=1),
-                              state=SimpleNamespace(global_step=5))
+                              state=SimpleNamespace(global_step=5), dynamic_totals=dynamic_totals)
     thresholds = Thresholds(delta=0.2, qhat={2: 1.0, 8: 0.9}, solve_rate=0.8, n_calibration=4)
     initial = {"thresholds": thresholds, "rollouts": 32, "tokens": 320, "wall_s": 1.0}
     spec = TrainSpec(run="cgrpo_s0_g2-8_dauto_r0", method="cgrpo", model="m", splits="s", task={}, seed=0, trainer={},
                      peft=None, reference_budget=8, budget_grid=[2, 8], delta="auto", recalibrate_every=0)
-    record = _run_record(spec, trainer, wall=3.0, initial=initial)
+    return _run_record(spec, trainer, wall=3.0, initial=initial)
+
+
+def test_cgrpo_costs_count_the_lockstep_rows_and_report_them_apart():
+    record = _cgrpo_record()
     assert record["train_rollouts_generated"] == 46 and record["lockstep_rollouts_generated"] == 6
     assert record["train_rollout_savings"] == pytest.approx(1 - 46 / 80)
     assert record["train_rollout_savings_with_calibration"] == pytest.approx(1 - (46 + 32) / 80)
     assert record["generation_wall_s"] == 1.5 and record["update_wall_s"] == pytest.approx(3.0 - 1.5)
+    assert record["groups"] == 10 and record["drop_unanimous"] is False and record["dynamic"] is None
+
+
+def test_cgrpo_with_drop_unanimous_counts_its_rollouts_per_prompt_trained_on():
+    # Of the 10 groups sampled, 6 were dropped; 3 informative ones and 1 zero-variance one were trained on.
+    dynamic = {**dict.fromkeys(TOTALS_KEYS, 0.0), "groups_sampled": 10, "groups_kept": 3, "groups_dropped": 6,
+               "groups_zero_variance_trained": 1, "train_rollouts": 40}
+    record = _cgrpo_record(dynamic)
+    assert record["groups"] == 4 and record["drop_unanimous"] is True and record["dynamic"] == dynamic
+    assert record["train_rollouts_generated"] == 46
+    assert record["rollouts_per_prompt"] == pytest.approx((46 + 32) / 4)
+    assert record["train_rollout_savings"] == pytest.approx(1 - 46 / (4 * 8))
+    assert setting_label(record) == "grid 2-8, delta auto, recal 0, drop unanimous"
+
+
+def test_the_configs_dynamic_sampling_options_reach_the_trainers(tiny_model_dir, tmp_path):
+    config = yaml.safe_load((REPO / "config" / "cgrpo_drop.yaml").read_text())
+    config["cgrpo"]["options"]["max_sampling_rounds"] = 2
+    config["dapo"].update(prompts_per_round=8, max_sampling_rounds=3)
+    splits = tmp_path / "splits"
+    make_splits(get_task("arithmetic", num_examples=200).load(), splits,
+                sizes={"train": 32, "calibration": 32, "eval": 8}, seed=0)
+
+    spec = specs.train_cgrpo_spec(config, "cgrpo_s0_g2-4-8-16-32_dauto_r80", tiny_model_dir, str(splits), "unused")
+    cgrpo = runs._cgrpo_trainer(spec, tmp_path / "cgrpo", spec.delta, spec.recalibrate_every, initial=None)
+    assert cgrpo.args.drop_unanimous and cgrpo.args.max_sampling_rounds == 2 == cgrpo._dynamic.max_rounds
+
+    spec = specs.train_dapo_spec(config, "dapo_s0_G8", tiny_model_dir, str(splits))
+    dapo = runs._dapo_trainer(spec, tmp_path / "dapo")
+    assert (dapo.args.prompts_per_round, dapo.args.max_sampling_rounds) == (8, 3)
+    assert (dapo._sampler.prompts_per_round, dapo._sampler.max_rounds) == (8, 3)
 
 
 def _fixed_run(root, name="grpo_s1_G32", **overrides):

@@ -13,6 +13,7 @@ from cgrpo.pipeline.specs import (
     TrainSpec,
     calibration_spec,
     cgrpo_run_name,
+    dapo_run_name,
     evaluation_spec,
     format_delta,
     grpo_run_name,
@@ -32,6 +33,7 @@ CONFIG = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").r
         (cgrpo_run_name(0, [2, 4], 0.1, 0), RunName("cgrpo", 0, (2, 4), 0.1, 0)),
         (grpo_run_name(1, 32), RunName("grpo", 1, num_generations=32)),
         (grpo_run_name(2, 16, matched=True), RunName("grpo", 2, num_generations=16, compute_matched=True)),
+        (dapo_run_name(4, 32), RunName("dapo", 4, num_generations=32)),
         ("base", RunName("base")),
     ],
 )
@@ -42,6 +44,7 @@ def test_run_names_are_built_and_parsed_in_one_place(name, parsed):
 def test_run_name_spelling():
     assert cgrpo_run_name(3, [2, 4, 8], "auto", 50) == "cgrpo_s3_g2-4-8_dauto_r50"
     assert grpo_run_name(2, 16, matched=True) == "grpo_s2_G16_matched"
+    assert dapo_run_name(1, 8) == "dapo_s1_G8"
     assert [format_delta(d) for d in ("auto", 0.1, 0.05, 1e-05)] == ["auto", "0.1", "0.05", "1e-05"]
     assert [parse_delta(format_delta(d)) for d in ("auto", 0.1, 1e-05)] == ["auto", 0.1, 1e-05]
     with pytest.raises(ValueError, match="not a run name"):
@@ -88,7 +91,8 @@ def test_the_wildcard_pattern_accepts_exactly_the_run_names():
 
     from cgrpo.pipeline.specs import RUN_NAME_PATTERN
 
-    names = ["base", cgrpo_run_name(0, [2, 4], 0.1, 80), grpo_run_name(1, 8, matched=True), grpo_run_name(2, 32)]
+    names = ["base", cgrpo_run_name(0, [2, 4], 0.1, 80), grpo_run_name(1, 8, matched=True), grpo_run_name(2, 32),
+             dapo_run_name(3, 16)]
     assert all(re.fullmatch(RUN_NAME_PATTERN, name) for name in names)
     assert not any(re.fullmatch(RUN_NAME_PATTERN, name) for name in ["cgrpo_s0_g2-4", "grpo_s1_G8_other", "bases"])
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from datasets import Dataset
@@ -296,6 +298,29 @@ def test_a_verifier_that_raises_fails_its_completions_and_training_goes_on(tiny_
     # One verifier call per calibration example and per increment of each prompt (2, 2, 4): 4 + 2 * 3.
     assert trainer.cgrpo_totals["verifier_errors"] == 4 + 2 * 3
     assert trainer.budget_histogram == {8: 2}
+
+
+def test_a_verifier_that_hangs_fails_its_completions_after_its_timeout(tiny_model_dir, tmp_path, caplog):
+    release = threading.Event()
+
+    def hang_on_the_first_call(completions, **columns):
+        if not hang_on_the_first_call.called:
+            hang_on_the_first_call.called = True
+            release.wait(60)
+        return [True] * len(completions)
+
+    hang_on_the_first_call.called = False
+    trainer = _trainer(tiny_model_dir, tmp_path, score="first_success", verifier=hang_on_the_first_call,
+                       verifier_timeout_s=0.5)
+    try:
+        with caplog.at_level("WARNING", logger="cgrpo.trainer"):
+            _score_batch(trainer, prompts=2)
+    finally:
+        release.set()
+    # Only the first calibration call hung: it counts as fails, every later call passes, and training went on.
+    assert trainer.cgrpo_totals["verifier_errors"] == 1
+    assert "verifier did not return within 0.5 s" in caplog.text
+    assert trainer.budget_histogram == {2: 2}
 
 
 @pytest.mark.parametrize(

@@ -24,8 +24,6 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
 CONFIGS = sorted((REPO / "config").glob("*.yaml"))
 EMBEDDED = REPO / "config" / "config.yaml"
-# A safety net against a hung run, not a speed target: the smoke run takes about 2 minutes on 2 idle cores.
-SMOKE_TIMEOUT_S = 900
 
 
 def snakemake(workdir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -38,9 +36,10 @@ def snakemake(workdir: Path, *args: str, timeout: float = 120) -> subprocess.Com
 
 
 def workdir_like_repo(tmp_path: Path) -> Path:
-    """A working directory holding the embedded default config, as the repository root does."""
+    """A working directory holding the embedded default config and the shipped base model, as the repository root does."""
     (tmp_path / "config").mkdir()
     shutil.copy(EMBEDDED, tmp_path / "config" / "config.yaml")
+    (tmp_path / "resources").symlink_to(REPO / "resources")
     return tmp_path
 
 
@@ -69,7 +68,8 @@ def test_dry_run(tmp_path, config):
     assert counts["train_cgrpo"] == seeds * cgrpo_settings
     assert counts["train_grpo"] == seeds * len(settings["grpo"]["num_generations"])
     # Before match_compute has run, only the base model and the static runs are known to be evaluated.
-    assert counts["evaluate"] == 1 + counts["train_cgrpo"] + counts["train_grpo"]
+    assert counts.get("train_dapo", 0) == seeds * len(settings.get("dapo", {}).get("num_generations", []))
+    assert counts["evaluate"] == 1 + counts["train_cgrpo"] + counts["train_grpo"] + counts.get("train_dapo", 0)
     matched = settings["grpo"]["compute_matched"]
     assert counts.get("match_compute", 0) == (cgrpo_settings if matched else 0)
     assert counts["calibrate"] == len(settings["cgrpo"]["budget_grids"])
@@ -118,27 +118,17 @@ def _set(config: dict, dotted: str, value) -> None:
     config[key] = value
 
 
+# The wiring only: one input per kind of check. tests/test_config_checks.py lists every bad input the planning step
+# catches, calling the same checks without a Snakemake process each.
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("training.max_steps", -3, "['training']['max_steps']"),
-        ("task.name", "mmlu", "'mmlu' is not one of"),
-        ("cgrpo.budget_grids", [[2, 8, 4]], "cgrpo.budget_grids[0]"),
-        ("cgrpo.budget_grids", [[2, 4.5, 8]], "['cgrpo']['budget_grids'][0][1]"),
-        ("cgrpo.budget_grids", [[2, 4.0, 8]], "cgrpo.budget_grids[0]"),
-        ("cgrpo.budget_grids", [[1, 2, 4]], "advantage is always zero"),
-        # smoke.yaml calibrates on 8 examples: 1/(8+1) = 0.111 is the smallest delta they certify.
-        ("cgrpo.deltas", ["auto", 0.1], "cgrpo.deltas has 0.1, below 1/(n+1) = 0.1111"),
-        ("evaluation.deltas", [0.05], "evaluation.deltas has 0.05, below 1/(n+1) = 0.1111"),
-        ("cgrpo.deltas", ["auto", 1.5], "['cgrpo']['deltas'][1]"),
-        ("evaluation.deltas", [0.0], "['evaluation']['deltas'][0]"),
-        ("grpo.num_generations", [1], "['grpo']['num_generations'][0]"),
         ("trainig", {"max_steps": 3}, "'trainig' was unexpected"),
-        ("cgrpo.options.scor", "aps", "'scor' was unexpected"),
-        ("base_model.bootstrap", False, "['base_model']['path']"),
+        ("cgrpo.budget_grids", [[2, 8, 4]], "cgrpo.budget_grids[0]"),
+        # smoke.yaml calibrates on 8 examples: 1/(8+1) = 0.111 is the smallest delta they certify.
+        ("evaluation.deltas", [0.05], "evaluation.deltas has 0.05, below 1/(n+1) = 0.1111"),
         ("base_model", {"bootstrap": False, "path": "/no/such/model"}, "config key base_model.path '/no/such/model' does"),
-        ("training.num_generations", 8, "training.num_generations"),
-        ("seeds", [], "['seeds']"),
+        ("training.learning_rat", 1e-4, "did you mean 'learning_rate'?"),
     ],
 )
 def test_bad_config_is_rejected_naming_the_key(tmp_path, key, value, message):
@@ -190,14 +180,12 @@ def test_matched_run_at_a_fixed_group_size_reuses_that_run(tmp_path, size, rule)
 
 
 @pytest.mark.slow
-def test_smoke_pipeline_end_to_end(tmp_path):
-    result = snakemake(tmp_path, "--cores", "2", "--configfile", str(REPO / "config" / "smoke.yaml"),
-                       timeout=SMOKE_TIMEOUT_S)
-    assert result.returncode == 0, result.stdout[-5000:]
-    results = tmp_path / "results" / "smoke"
+def test_smoke_pipeline_end_to_end(smoke_run):
+    workdir = smoke_run[0]
+    results = workdir / "results" / "smoke"
     summary = pd.read_csv(results / "tables" / "summary.csv")
     assert summary["run"].tolist()[0] == "base"
-    assert set(summary["method"]) == {"base", "cgrpo", "grpo"}
+    assert set(summary["method"]) == {"base", "cgrpo", "grpo", "dapo"}
     assert summary["compute_matched"].astype(str).eq("True").sum() == 1
     trained = summary[summary["method"] != "base"].set_index("run")
     assert (trained["total_wall_s"] > 0).all() and trained["time_savings"].notna().all()
@@ -207,13 +195,21 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     # The smoke C-GRPO run's compute-matched G is 8, one of the configured fixed sizes: that run is reused.
     matched = json.loads((results / "runs" / "grpo_s0_G8_matched" / "run.json").read_text())
     assert matched["reused_from"] == "grpo_s0_G8"
+    # DAPO counts every rollout it generated, dropped groups included, against the prompts it trained on.
+    dapo = json.loads((results / "runs" / "dapo_s0_G8" / "run.json").read_text())
+    dynamic = dapo["dynamic"]
+    assert dapo["train_rollouts_generated"] == dynamic["train_rollouts"] == 8 * dynamic["groups_sampled"]
+    assert dapo["groups"] == dynamic["groups_kept"] + dynamic["groups_zero_variance_trained"] == 2
+    assert dapo["rollouts_per_prompt"] == dapo["train_rollouts_generated"] / 2
+    # Every run saved a checkpoint at its last step (save_steps 2) and removed it once finished.
+    assert not list(results.glob("runs/*/checkpoints"))
     assert not pd.read_csv(results / "tables" / "by_method.csv").empty
     for table in ("summary", "by_method", "paired", "coverage", "conformal"):
         assert (results / "tables" / f"{table}.md").read_text().startswith("|")
     for plot in ("pareto", "training_curves", "thresholds", "coverage"):
         assert (results / "plots" / f"{plot}.png").stat().st_size > 0
     report = results / "report.html"
-    result = snakemake(tmp_path, "--configfile", str(REPO / "config" / "smoke.yaml"), "--report", str(report))
+    result = snakemake(workdir, "--configfile", str(REPO / "config" / "smoke.yaml"), "--report", str(report))
     assert result.returncode == 0, result.stdout[-5000:]
     assert report.stat().st_size > 0
 
@@ -232,3 +228,19 @@ def test_schema_defaults_of_the_cgrpo_options_are_cgrpo_configs():
         assert spec["default"] == defaults[name], name
     assert cgrpo["recalibrate_every"]["default"] == [defaults["recalibrate_every"]]
     assert cgrpo["budget_grids"]["default"] == [CGRPOConfig.__dataclass_fields__["budget_grid"].default_factory()]
+
+
+def test_failed_job_names_the_problem_and_leaves_no_output(tmp_path, monkeypatch):
+    # A dataset hub id that is not cached, offline: planning cannot know (the machine that plans need not be the one
+    # that runs), so the split job, the first to read the data, fails with the fix, before any expensive job.
+    config = load(REPO / "config" / "smoke.yaml")
+    config["task"] = {"name": "gsm8k", "options": {"source": "someone/not-cached-gsm8k"}}
+    path = tmp_path / "uncached.yaml"
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    result = snakemake(tmp_path, "results/smoke/splits/manifest.json", "--cores", "1", "--configfile", str(path))
+    assert result.returncode != 0
+    log = (tmp_path / "results" / "smoke" / "logs" / "split.log").read_text()
+    assert "'someone/not-cached-gsm8k' is a hub id that is not in the local cache, and HF_HUB_OFFLINE is set" in log
+    assert not list((tmp_path / "results" / "smoke").glob("splits/*"))

@@ -1,8 +1,9 @@
 """C-GRPO: conformal, per-prompt rollout budgets for GRPO post-training with TRL.
 
 The package is the trainer library: `CGRPOConfig` and `CGRPOTrainer` (`config`, `trainer`, `padding`) on the seeded
-conformal core they share with the evaluation (`conformal`, `calibration`). The experiment pipeline built on it lives
-in `cgrpo.pipeline`, which nothing here imports.
+conformal core they share with the evaluation (`conformal`, `calibration`), and DAPO's dynamic sampling for TRL's GRPO
+(`DynamicSamplingConfig`, `DynamicSamplingGRPOTrainer` in `dynamic_sampling`), which C-GRPO reuses with
+`drop_unanimous=True`. The experiment pipeline built on it lives in `cgrpo.pipeline`, which nothing here imports.
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ import importlib
 
 __version__ = "0.1.0"
 
-__all__ = ["CGRPOConfig", "CGRPOTrainer", "__version__"]
+__all__ = ["CGRPOConfig", "CGRPOTrainer", "DynamicSamplingConfig", "DynamicSamplingGRPOTrainer", "__version__"]
 
 # TRL takes seconds to import; loading the trainer on first use keeps the pure modules (conformal, calibration)
 # and the pipeline's table and plot steps fast.
-_LAZY = {"CGRPOConfig": "cgrpo.config", "CGRPOTrainer": "cgrpo.trainer"}
+_LAZY = {"CGRPOConfig": "cgrpo.config", "CGRPOTrainer": "cgrpo.trainer",
+         "DynamicSamplingConfig": "cgrpo.dynamic_sampling", "DynamicSamplingGRPOTrainer": "cgrpo.dynamic_sampling"}
 
 
 def __getattr__(name: str):

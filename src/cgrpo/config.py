@@ -8,6 +8,7 @@ from trl import GRPOConfig
 
 from .calibration import SCORES, training_grid
 from .conformal import DELTA_MARGIN
+from .dynamic_sampling import validate_dynamic_sampling
 
 # Loss types TRL normalises by tokens: masked filler rows leave them exact as they are. The others (grpo, sapo,
 # luspo, dr_grpo) normalise by rows, and the trainer reweights them (see `CGRPOTrainer.compute_loss`).
@@ -39,6 +40,11 @@ class CGRPOConfig(GRPOConfig):
         score (`str`, *optional*, defaults to `"aps"`):
             Nonconformity score: `"aps"` (answer agreement; needs `answer_extractor`), `"first_success"` or
             `"pass_rate"` (execution scores; need `verifier`).
+        verifier_timeout_s (`float` or `None`, *optional*, defaults to `300.0`):
+            Seconds one verifier call (one prompt's completions) may take; after that its completions count as fails
+            (in `cgrpo_totals["verifier_errors"]`) and training goes on. The hung call is abandoned in a daemon
+            thread, which Python cannot kill, so a verifier that runs programs should also bound them itself, as the
+            code task's sandbox does. `None` waits forever.
         recalibrate_every (`int`, *optional*, defaults to `50`):
             Refit the thresholds with the current policy every this many optimizer steps; `0` calibrates once, before
             the first step. Calibration runs when a generation batch starts, so with several steps per generation it
@@ -62,6 +68,15 @@ class CGRPOConfig(GRPOConfig):
             Column of the calibration dataset holding the gold answer (used by the `"aps"` score).
         per_device_train_batch_size (`int`, *optional*, defaults to `32`):
             Rows per device and micro-batch, as in TRL; the default holds one full group of `max(budget_grid)`.
+        drop_unanimous (`bool`, *optional*, defaults to `False`):
+            Dynamic sampling (DAPO): drop the groups whose rewards all agree instead of training on them (groups
+            stopped at unanimity are such groups, unless another reward, say a format reward, still varies) and
+            refill the generation batch with groups of new prompts, in rounds of one generation batch of prompts
+            each, until it holds as many informative groups as prompts it started with (see
+            `cgrpo.dynamic_sampling`). Counts are in `trainer.dynamic_totals` and the `dynamic/*` metrics.
+        max_sampling_rounds (`int`, *optional*, defaults to `4`):
+            With `drop_unanimous`, most rounds (budget-grid sampling of a generation batch of prompts) per generation
+            batch, the first included; when spent, training goes on with the informative groups found.
     """
 
     budget_grid: list[int] = field(
@@ -92,6 +107,11 @@ class CGRPOConfig(GRPOConfig):
         metadata={"help": "Nonconformity score: 'aps' (answer agreement), 'first_success' or 'pass_rate' (execution "
                           "scores from a verifier)."},
     )
+    verifier_timeout_s: float | None = field(
+        default=300.0,
+        metadata={"help": "Seconds one verifier call (one prompt's completions) may take before its completions count "
+                          "as fails; None waits forever. A call that times out is abandoned in a background thread."},
+    )
     recalibrate_every: int = field(
         default=50,
         metadata={"help": "Refit the thresholds every this many optimizer steps; 0 calibrates once before training."},
@@ -119,6 +139,16 @@ class CGRPOConfig(GRPOConfig):
         default=32,
         metadata={"help": "Rows per device and micro-batch; the default holds one full group of max(budget_grid)."},
     )
+    drop_unanimous: bool = field(
+        default=False,
+        metadata={"help": "Drop the groups whose rewards all agree (such as those stopped at unanimity) instead of "
+                          "training on them, and refill the generation batch with new prompts (dynamic sampling)."},
+    )
+    max_sampling_rounds: int = field(
+        default=4,
+        metadata={"help": "With drop_unanimous, most generation rounds per generation batch, the first included; when "
+                          "spent, training goes on with the informative groups found."},
+    )
 
     def __post_init__(self):
         self._validate_budget_grid()
@@ -145,6 +175,7 @@ class CGRPOConfig(GRPOConfig):
                 f"{self.steps_per_generation}) must be a multiple of max(budget_grid) ({self.max_budget}) so that every "
                 "process holds whole groups; adjust the batch size."
             )
+        validate_dynamic_sampling(self, self.max_sampling_rounds)
         if self.calibration_batch_size is None:
             generation_rows = self.per_device_train_batch_size * self.steps_per_generation
             self.calibration_batch_size = max(1, generation_rows // self.max_budget)
@@ -167,6 +198,8 @@ class CGRPOConfig(GRPOConfig):
         self.budget_grid = training_grid(self.budget_grid)
 
     def _validate_conformal_options(self) -> None:
+        if self.verifier_timeout_s is not None and not self.verifier_timeout_s > 0:
+            raise ValueError(f"verifier_timeout_s must be positive or None, got {self.verifier_timeout_s}.")
         if self.conformal_delta is not None and not 0.0 < self.conformal_delta < 1.0:
             raise ValueError(f"conformal_delta must lie in (0, 1) or be None for automatic, got {self.conformal_delta}.")
         if self.delta is not None and self.delta <= 1.0:

@@ -55,6 +55,15 @@ def real_rows_only(func, pad_mask: Callable[[], Sequence[bool] | None]):
     return _named_like(wrapped, func)
 
 
+def checked_reward_funcs(reward_funcs):
+    """``reward_funcs`` for a trainer that pads no rows, each function wrapped to check that it returns one number
+    (or None) per completion, so that a wrong one stops training with its name rather than a tensor error."""
+    if reward_funcs is None:
+        return None
+    funcs = reward_funcs if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+    return [real_rows_only(func, lambda: None) for func in funcs]
+
+
 def _checked_rewards(func, rewards, expected: int) -> list:
     """The rewards as a list, or a ValueError naming the function when they are not one number (or None) each."""
     rewards = list(rewards)

@@ -20,7 +20,11 @@ from .calibration import Thresholds, calibration_scores, fit_thresholds, should_
 from .config import TOKEN_NORMALIZED_LOSSES, CGRPOConfig
 from .conformal import smallest_supported_delta
 from .costs import rollout_savings
+from .dynamic_sampling import DynamicSampler
 from .padding import drop_padded_from_logs, keep_rows, log_length_stats, real_rows_only
+from .resume import load_state, save_state
+from .user_code import call_with_timeout
+from .vllm_colocate import use_reloading_weight_sync
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +67,16 @@ class CGRPOTrainer(GRPOTrainer):
     active prompts generates throwaway rows so that collective generation backends stay in step), and calibration is
     split across processes and gathered, so that every process fits the same thresholds.
 
+    With `args.drop_unanimous`, the groups whose rewards all agree (those stopped at unanimity among them) are dropped
+    instead of padded and trained on, and the generation batch is refilled with new prompts in rounds, each sampled
+    along the budget grid, until it holds as many informative groups as it started with prompts or
+    `args.max_sampling_rounds` rounds ran (`cgrpo.dynamic_sampling`; the counts are in `dynamic_totals` and the
+    `dynamic/*` metrics, while `cgrpo_totals` and the `cgrpo/*` metrics count every round's groups and rollouts).
+
+    Checkpoints carry C-GRPO's state beside TRL's (`cgrpo_state_<process>.json`: thresholds in force, calibration step
+    and history, cost totals, stopping RNG), so `train(resume_from_checkpoint=...)` after a preemption continues the
+    run as if it had not stopped.
+
     Args:
         model, reward_funcs, args, train_dataset, eval_dataset, processing_class, reward_processing_classes,
         callbacks, optimizers, peft_config:
@@ -94,6 +108,8 @@ class CGRPOTrainer(GRPOTrainer):
             spent in training generation and calibration, and the completions whose answer extractor or verifier
             raised (this process), which count as failed outcomes.
         budget_histogram (`collections.Counter[int]`): training groups (all processes) per budget they stopped at.
+        dynamic_totals (`dict[str, float] | None`): with `drop_unanimous`, the dynamic sampling totals (rounds, groups
+            sampled, kept, dropped, ...; see `cgrpo.dynamic_sampling.DynamicSampler`); None otherwise.
     """
 
     _tag_names = ["trl", "grpo", "cgrpo"]
@@ -158,13 +174,19 @@ class CGRPOTrainer(GRPOTrainer):
             raise NotImplementedError(
                 "CGRPOTrainer supports text-only models: vision-language inputs are not split into budget increments."
             )
+        use_reloading_weight_sync(self)
         # Stopping decisions are local to each process; calibration draws come from a per-calibration seed instead,
         # so that every process scores the gathered calibration set identically.
         self._rng = random.Random(f"{args.seed}-sampling-{self.accelerator.process_index}")
+        # C-GRPO's own filler rows keep micro-batches equal, so any number of kept groups splits evenly.
+        self._dynamic = (DynamicSampler(self, rows_multiple=1, max_rounds=args.max_sampling_rounds)
+                         if args.drop_unanimous else None)
+        self.dynamic_totals = None if self._dynamic is None else self._dynamic.totals
 
     # ------------------------------------------------------------------ TRL hooks
     # Why: calibration must run with the current policy right before the batch it serves, and the padded rows must
-    # leave the batch after TRL has used them for its group-shaped advantage computation.
+    # leave the batch after TRL has used them for its group-shaped advantage computation. With `drop_unanimous`, the
+    # dynamic sampling rounds run first, and TRL builds the batch from the kept groups only.
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)
@@ -172,24 +194,36 @@ class CGRPOTrainer(GRPOTrainer):
             self.calibrate()
         self._batch_examples = inputs
         try:
+            if self._dynamic is not None:
+                inputs, self._pad_mask = self._dynamic.sample(inputs, self._generate_round)
             output = super()._generate_and_score_completions(inputs)
             return self._drop_padded_rows(output)
         finally:
             self._pad_mask = None
+            if self._dynamic is not None:
+                self._dynamic.clear()
 
     # Why: TRL draws all G completions of a group in one call; C-GRPO draws them in budget increments and stops each
-    # prompt early. Evaluation generation passes through untouched.
+    # prompt early (with `drop_unanimous`, TRL's pass over the kept groups gets the completions the rounds sampled).
+    # Evaluation generation passes through untouched.
     def _generate(self, prompts: list):
         if not self.model.training:
             return super()._generate(prompts)
+        replay = None if self._dynamic is None else self._dynamic.take_replay()
+        if replay is not None:
+            return replay
         start = time.perf_counter()
         result = self._generate_with_budgets(prompts)
         self.cgrpo_totals["generation_s"] += time.perf_counter() - start
         return result
 
     # Why: padded rows must carry a NaN reward whatever the reward function (a reward model scores any text), and
-    # TRL's warning about rows without a reward would fire for every padded row.
+    # TRL's warning about rows without a reward would fire for every padded row. With `drop_unanimous`, the kept
+    # groups were scored in their round, and TRL's pass gets those rewards rather than a second scoring.
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        cached = None if self._dynamic is None else self._dynamic.take_rewards()
+        if cached is not None:
+            return cached
         if self._pad_mask is None:
             return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         trl_logger = logging.getLogger(GRPOTrainer.__module__)
@@ -273,6 +307,23 @@ class CGRPOTrainer(GRPOTrainer):
         real = self.accelerator.gather(torch.tensor([local], device=device)).sum().item()
         return real / (accumulation * self.accelerator.num_processes) if real else 1.0
 
+    # Why: a preempted run resumes from its last checkpoint, and C-GRPO's own state (thresholds in force, calibration
+    # step and history, cost totals, stopping RNG) decides the rest of the run as much as TRL's. TRL saves and restores
+    # each process's RNG states in these two hooks, on every process, for every resumable checkpoint, right before the
+    # first step it resumes.
+    def _save_rng_state(self, output_dir: str) -> None:
+        super()._save_rng_state(output_dir)
+        save_state(self, output_dir)
+        if self._dynamic is not None:
+            self._dynamic.save(output_dir)
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        super()._load_rng_state(checkpoint)
+        if checkpoint is not None:
+            load_state(self, checkpoint)
+            if self._dynamic is not None:
+                self._dynamic.load(checkpoint)
+
     # ------------------------------------------------------------------ calibration
     def calibrate(self) -> Thresholds:
         """Fit one threshold per budget with the current policy on the calibration set, and put them in force."""
@@ -328,6 +379,12 @@ class CGRPOTrainer(GRPOTrainer):
         logger.info("C-GRPO calibration at step %d: delta=%.3f qhat=%s", record["step"], record["delta"], record["qhat"])
 
     # ------------------------------------------------------------------ sampling in budget increments
+    def _generate_round(self, examples: list[dict[str, Any]]):
+        """One dynamic sampling round: budget-grid sampling of `examples`' groups; returns TRL's tuple and pad flags."""
+        self._batch_examples = examples
+        generated = self._generate([example["prompt"] for example in examples])
+        return generated, list(self._pad_mask)
+
     def _generate_with_budgets(self, prompts: list):
         width, grid = self.args.max_budget, self.args.budget_grid
         group_prompts, examples = prompts[::width], self._batch_examples[::width]
@@ -388,7 +445,8 @@ class CGRPOTrainer(GRPOTrainer):
             return [self._extract(text) for text in texts]
         columns = {key: value for key, value in example.items() if key != "prompt"}
         try:
-            passes = list(self.verifier(completions=texts, **columns))
+            passes = list(call_with_timeout(lambda: self.verifier(completions=texts, **columns),
+                                            self.args.verifier_timeout_s, "verifier"))
         except Exception as error:  # noqa: BLE001 - user code: a verifier that raises is a fail, not a crash
             self._count_user_error("verifier_errors", error)
             return [False] * len(texts)

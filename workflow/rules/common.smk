@@ -5,9 +5,8 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from cgrpo.calibration import training_grid
-from cgrpo.conformal import smallest_supported_delta
 from cgrpo.pipeline import specs
+from cgrpo.pipeline.config_checks import ConfigError, check_config
 from cgrpo.pipeline.specs import format_delta, format_grid
 
 ##### config validation #####
@@ -16,56 +15,10 @@ from cgrpo.pipeline.specs import format_delta, format_grid
 validate(config, schema="../schemas/config.schema.yaml")
 
 
-def check_config(config):
-    """Reject what the JSON schema cannot express; every message names the offending key."""
-    for index, grid in enumerate(config["cgrpo"]["budget_grids"]):
-        # The schema accepts 2.0 as an integer, and cannot say "strictly increasing".
-        if any(type(k) is not int for k in grid) or grid != sorted(set(grid)):
-            raise WorkflowError(
-                f"config key cgrpo.budget_grids[{index}] = {grid} must be a strictly "
-                "increasing list of integers, e.g. [2, 4, 8, 16, 32]."
-            )
-        try:
-            training_grid(grid)
-        except ValueError as error:
-            raise WorkflowError(f"config key cgrpo.budget_grids[{index}]: {error}") from None
-    check_fixed_deltas(config)
-    if not config["base_model"]["bootstrap"]:
-        try:
-            # Offline availability of a hub id is the base_model rule's check: a dry run needs no model.
-            specs.check_model_source(config["base_model"]["path"], offline=False)
-        except ValueError as error:
-            raise WorkflowError(f"config key {error}") from None
-    # Group sizes come from cgrpo.budget_grids and grpo.num_generations, one per run.
-    for key, section in [
-        ("training", config["training"]),
-        ("cgrpo.trainer", config["cgrpo"]["trainer"]),
-        ("grpo.trainer", config["grpo"]["trainer"]),
-    ]:
-        if "num_generations" in section:
-            raise WorkflowError(
-                f"config key {key}.num_generations is not allowed: set group sizes with "
-                "cgrpo.budget_grids and grpo.num_generations."
-            )
-
-
-def check_fixed_deltas(config):
-    """Reject a fixed delta below 1/(n+1), which n calibration examples cannot certify."""
-    split_size = config["splits"]["sizes"]["calibration"]
-    training_size = config["cgrpo"]["options"]["num_calibration_samples"] or split_size
-    for key, deltas, size, size_key in [
-        ("cgrpo.deltas", config["cgrpo"]["deltas"], training_size, "cgrpo.options.num_calibration_samples"),
-        ("evaluation.deltas", config["evaluation"]["deltas"], split_size, "splits.sizes.calibration"),
-    ]:
-        for delta in deltas:
-            if size and delta != "auto" and delta < smallest_supported_delta(size):
-                raise WorkflowError(
-                    f"config key {key} has {delta}, below 1/(n+1) = {smallest_supported_delta(size):.4f} for the "
-                    f"n = {size} calibration examples of {size_key}: use a delta of at least that or more examples."
-                )
-
-
-check_config(config)
+try:
+    check_config(config)
+except ConfigError as error:
+    raise WorkflowError(str(error)) from None
 
 
 ##### wildcards and run names #####
@@ -114,6 +67,15 @@ def grpo_runs(group_sizes, matched=False):
     ]
 
 
+def dapo_runs():
+    """Names of the DAPO (dynamic sampling) runs at each configured group size, for every seed."""
+    return [
+        specs.dapo_run_name(seed, size)
+        for size in config["dapo"]["num_generations"]
+        for seed in config["seeds"]
+    ]
+
+
 def fixed_group_sizes_pattern():
     """Regex matching exactly the configured fixed group sizes (grpo.num_generations)."""
     # "(?!)" matches nothing, for a config without fixed group sizes.
@@ -121,8 +83,8 @@ def fixed_group_sizes_pattern():
 
 
 def static_runs():
-    """Training runs known before any training: C-GRPO and the configured fixed-G GRPO."""
-    return cgrpo_runs() + grpo_runs(config["grpo"]["num_generations"])
+    """Training runs known before any training: C-GRPO, the configured fixed-G GRPO and DAPO."""
+    return cgrpo_runs() + grpo_runs(config["grpo"]["num_generations"]) + dapo_runs()
 
 
 def matched_setting_files(wildcards):
@@ -225,6 +187,7 @@ def split_params(wildcards):
         "sizes": config["splits"]["sizes"],
         "seed": config["splits"]["seed"],
         "eval_source_split": config["splits"]["eval_source_split"],
+        "drop_overlap": config["splits"]["drop_overlap"],
     }
 
 
@@ -249,6 +212,14 @@ def train_grpo_spec(wildcards, input, output):
     splits = str(Path(input.splits).parent)
     run = Path(output.run).parent.name
     return specs.train_grpo_spec(config, run, model, splits).to_dict()
+
+
+def train_dapo_spec(wildcards, input, output):
+    """Spec of cgrpo.pipeline.runs.train_run for one DAPO run."""
+    model = base_model_location(input.base_model)
+    splits = str(Path(input.splits).parent)
+    run = Path(output.run).parent.name
+    return specs.train_dapo_spec(config, run, model, splits).to_dict()
 
 
 def grpo_batch_size(wildcards):

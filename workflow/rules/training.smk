@@ -53,6 +53,31 @@ rule train_grpo:
         "../scripts/train.py"
 
 
+rule train_dapo:
+    input:
+        base_model=base_model_record,
+        splits="results/{exp}/splits/manifest.json",
+    output:
+        run="results/{exp}/runs/dapo_s{seed}_G{G}/run.json",
+        steps="results/{exp}/runs/dapo_s{seed}_G{G}/steps.csv",
+        model=directory("results/{exp}/runs/dapo_s{seed}_G{G}/model"),
+    log:
+        "results/{exp}/logs/train/dapo_s{seed}_G{G}.log",
+    benchmark:
+        "results/{exp}/benchmarks/train/dapo_s{seed}_G{G}.tsv"
+    priority: 1
+    conda:
+        "../envs/cgrpo.yaml"
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=480,
+    params:
+        spec=train_dapo_spec,
+    script:
+        "../scripts/train.py"
+
+
 checkpoint match_compute:
     input:
         runs=cgrpo_setting_records,

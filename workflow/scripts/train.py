@@ -4,7 +4,9 @@ from pathlib import Path
 
 from cgrpo.pipeline.logs import log_to_file
 from cgrpo.pipeline.runs import train_run
+from cgrpo.pipeline.vllm_backend import prepare_vllm_job
 
 log_to_file(snakemake.log[0], threads=snakemake.threads)
+prepare_vllm_job(snakemake.params.spec)
 
 train_run(snakemake.params.spec, Path(snakemake.output.run).parent)

@@ -3,42 +3,70 @@
 The conformal thresholds are calibrated on the calibration split with the evaluated model itself, then applied to
 prefixes of the same eval samples that the fixed-k metrics use. Each random purpose (greedy pass, eval samples,
 calibration samples, APS randomisation) draws from its own stream, seeded by :func:`purpose_seed`.
+Samples come from HF generate, or from a vLLM engine with ``evaluation.backend: vllm`` (seeded from the same streams).
+
+Two kinds of score (``evaluation.score``, the run's ``cgrpo.options.score``):
+
+* ``aps`` (math tasks): a sample is correct when its extracted answer equals the gold answer;
+* ``first_success`` and ``pass_rate`` (execution tasks, e.g. code): a sample is correct when the task's verifier
+  passes it (``task.verifier(completions=..., **columns)`` per prompt, with the prompt's columns but ``prompt``), so
+  accuracy is the pass rate. The majority vote is taken over the extracted programs: maj@k counts a prompt when its
+  most frequent program among the first k samples passes (:func:`execution_fixed_k_metrics`).
+
+Both write the same record, so reporting reads either.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..calibration import Thresholds, calibration_scores, fit_thresholds
-from .accuracy import correct_flags, dynamic_k_summary, greedy_accuracy, maj_at_k, mean_accuracy, mean_pass_at_k
+from ..calibration import SCORES, Thresholds, calibration_scores, fit_thresholds
+from .accuracy import (
+    correct_flags,
+    dynamic_k_summary,
+    greedy_accuracy,
+    maj_at_k,
+    majority_answer,
+    mean_accuracy,
+    mean_pass_at_k,
+)
 from .coverage import coverage_at_k, post_selection_coverage
-from .sampling import generate_completions
+from .sampling import generate_completions, generate_completions_vllm
 from .specs import EvaluationSpec
 from .splits import load_split
-from .tasks import get_task
+from .tasks import check_task_score, get_task
+from .vllm_backend import load_llm
+
+logger = logging.getLogger(__name__)
 
 
 def evaluate_model(spec: EvaluationSpec | dict[str, Any], out_path: str | Path) -> None:
     """Evaluate `spec.model` and write every metric as JSON to `out_path` (see the README's output section)."""
     spec = EvaluationSpec.from_dict(spec)
     settings = spec.evaluation
-    if settings["score"] != "aps":
-        raise ValueError("evaluation supports the 'aps' score of the math tasks; set cgrpo.options.score to 'aps'.")
+    score = settings["score"]
+    if score not in SCORES:
+        raise ValueError(f"Unknown score {score!r}; use one of {', '.join(SCORES)}.")
     start = time.perf_counter()
     task = get_task(spec.task["name"], **spec.task["options"])
-    model = _load_model(spec.model)
-    tokenizer = AutoTokenizer.from_pretrained(spec.model, padding_side="left")
+    check_task_score(task, score)
     eval_set = task.to_prompt_dataset(load_split(spec.splits, "eval"))
     calibration_set = task.to_prompt_dataset(load_split(spec.splits, "calibration"))
-    sample = _sampler(model, tokenizer, settings, spec.seed)
+    sample = _sampler(spec)
+    if score != "aps":
+        record = _execution_record(task, sample, eval_set, calibration_set, settings, spec)
+        _write_record(record, start, out_path)
+        return
     eval_golds, calibration_golds = list(eval_set["answer"]), list(calibration_set["answer"])
     greedy = [task.extract(texts[0]) for texts in sample(eval_set["prompt"], "greedy", greedy=True)]
     eval_answers = _answers(task, sample(eval_set["prompt"], "eval"))
@@ -47,9 +75,69 @@ def evaluate_model(spec: EvaluationSpec | dict[str, Any], out_path: str | Path) 
     record.update(fixed_k_metrics(eval_answers, eval_golds, settings["budget_grid"]))
     record.update(conformal_metrics(eval_answers, eval_golds, calibration_answers, calibration_golds, settings,
                                     spec.seed))
+    _write_record(record, start, out_path)
+
+
+def _write_record(record: dict[str, Any], start: float, out_path: str | Path) -> None:
     record["eval_wall_s"] = time.perf_counter() - start
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_path).write_text(json.dumps(record, indent=1) + "\n")
+
+
+def _execution_record(task, sample, eval_set, calibration_set, settings: dict[str, Any], spec) -> dict[str, Any]:
+    """The record of an execution score: the same keys as the ``aps`` path's, with verifier passes as correctness."""
+    # Sampled in the same order, with the same purpose seeds, as the aps path.
+    greedy = sample(eval_set["prompt"], "greedy", greedy=True)
+    eval_texts = sample(eval_set["prompt"], "eval")
+    calibration_texts = sample(calibration_set["prompt"], "calibration")
+    greedy_passes = verifier_passes(task, greedy, eval_set)
+    eval_passes = verifier_passes(task, eval_texts, eval_set)
+    calibration_passes = verifier_passes(task, calibration_texts, calibration_set)
+    record = {"run": spec.run, "eval_greedy_acc": mean_accuracy(greedy_passes)}
+    record.update(execution_fixed_k_metrics(eval_passes, _answers(task, eval_texts), settings["budget_grid"]))
+    record.update(conformal_metrics(eval_passes, None, calibration_passes, None, settings, spec.seed))
+    return record
+
+
+def verifier_passes(task, completions: list[list[str]], dataset) -> list[list[bool]]:
+    """``task.verifier``'s verdict on each prompt's completions, given the prompt's columns (all but ``prompt``)."""
+    if len(completions) != len(dataset):
+        raise ValueError(f"Got completions for {len(completions)} prompts, but the dataset has {len(dataset)}.")
+    passes = []
+    for texts, row in zip(completions, dataset):
+        columns = {key: value for key, value in row.items() if key != "prompt"}
+        verdicts = [bool(verdict) for verdict in task.verifier(completions=list(texts), **columns)]
+        if len(verdicts) != len(texts):
+            raise ValueError(f"The verifier returned {len(verdicts)} results for {len(texts)} completions.")
+        passes.append(verdicts)
+    return passes
+
+
+def execution_fixed_k_metrics(
+    passes: list[list[bool]], programs: list[list[str | None]], grid: list[int]
+) -> dict[str, Any]:
+    """:func:`fixed_k_metrics` for an execution score: a sample is correct when it passes.
+
+    ``programs`` are the extracted programs of the same samples: maj@k counts a prompt when the most frequent program
+    among its first k samples (ties to the first seen; samples without a program never win) passes.
+    """
+    if len(passes) != len(programs):
+        raise ValueError(f"Got passes of {len(passes)} prompts but programs of {len(programs)}; pass one list each.")
+    largest = max(grid)
+
+    def majority_passes(k: int) -> float:
+        hits = 0
+        for flags, texts in zip(passes, programs):
+            winner = majority_answer(texts, k)
+            hits += winner is not None and flags[texts.index(winner)]
+        return hits / len(passes)
+
+    return {
+        "eval_maj_acc": majority_passes(largest),
+        "maj_at_k": {k: majority_passes(k) for k in grid},
+        "pass_at_k": {k: mean_pass_at_k(passes, k) for k in grid},
+        "mean_at_k": mean_accuracy(passes),
+    }
 
 
 def fixed_k_metrics(answers: list[list[str | None]], golds: list[str], grid: list[int]) -> dict[str, Any]:
@@ -67,18 +155,28 @@ def fixed_k_metrics(answers: list[list[str | None]], golds: list[str], grid: lis
 def conformal_metrics(answers, golds, calibration_answers, calibration_golds, settings, seed: int):
     """Conformal dynamic k and coverage, for the automatic delta and for each fixed delta of the settings.
 
+    With ``settings["score"]`` ``"aps"`` (the default) the outcomes are extracted answers judged against ``golds``;
+    with ``"first_success"`` or ``"pass_rate"`` they are verifier passes and the golds are unused (None).
+
     The APS randomisation of calibration scores, eval scores and the dynamic-k stopping rule each use their own
     generator seeded from `seed`, so each depends only on its own data (calibration scores do not shift with the
     eval split, say).
     """
     grid = settings["budget_grid"]
-    calibration_rng, eval_rng = _rng(seed, "calibration-aps"), _rng(seed, "eval-aps")
-    calibration = calibration_scores("aps", grid, calibration_answers, calibration_golds, calibration_rng)
-    eval_scores = calibration_scores("aps", grid, answers, golds, eval_rng)
-    stopping_rng = _rng(seed, "dynamic-k-aps")
+    score = settings.get("score", "aps")
+    if score == "aps":
+        calibration_rng, eval_rng = _rng(seed, "calibration-aps"), _rng(seed, "eval-aps")
+        calibration = calibration_scores("aps", grid, calibration_answers, calibration_golds, calibration_rng)
+        eval_scores = calibration_scores("aps", grid, answers, golds, eval_rng)
+        stopping_rng = _rng(seed, "dynamic-k-aps")
+    else:
+        # Execution scores are not randomised.
+        calibration = calibration_scores(score, grid, calibration_answers)
+        eval_scores = calibration_scores(score, grid, answers)
+        stopping_rng = golds = None
     conformal, coverage = [], []
     for mode, thresholds in _threshold_sets(calibration, settings).items():
-        summary = dynamic_k_summary("aps", grid, thresholds.qhat, answers, stopping_rng, golds)
+        summary = dynamic_k_summary(score, grid, thresholds.qhat, answers, stopping_rng, golds)
         post = post_selection_coverage(eval_scores, thresholds.qhat, summary["chosen_k"])
         conformal.append({"delta_mode": mode, "delta": thresholds.delta, "n_calibration": thresholds.n_calibration,
                           "qhat": thresholds.qhat, "accuracy": summary["accuracy"], "mean_k": summary["mean_k"],
@@ -119,12 +217,22 @@ def _load_model(location: str):
     return AutoModelForCausalLM.from_pretrained(location).eval()
 
 
-def _sampler(model, tokenizer, settings: dict[str, Any], seed: int):
+def _sampler(spec: EvaluationSpec):
+    """`sample(prompts, purpose, greedy=False)`: completions from the spec's backend, seeded by the purpose."""
+    settings = spec.evaluation
+    backend = settings.get("backend", "hf")
+    logger.info("Evaluating %s: sampling with the %s backend.", spec.run, backend)
+    if backend == "vllm":
+        generate = partial(generate_completions_vllm, load_llm(spec.model))
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(spec.model, padding_side="left")
+        generate = partial(generate_completions, _load_model(spec.model), tokenizer, batch_size=settings["batch_size"])
+
     def sample(prompts, purpose: str, greedy: bool = False) -> list[list[str]]:
-        return generate_completions(
-            model, tokenizer, list(prompts), num_samples=1 if greedy else max(settings["budget_grid"]),
+        return generate(
+            list(prompts), num_samples=1 if greedy else max(settings["budget_grid"]),
             temperature=settings["temperature"], max_new_tokens=settings["max_new_tokens"], greedy=greedy,
-            batch_size=settings["batch_size"], seed=purpose_seed(seed, purpose), progress=True,
+            seed=purpose_seed(spec.seed, purpose), progress=True,
         )
 
     return sample

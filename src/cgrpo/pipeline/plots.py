@@ -21,7 +21,8 @@ from .reporting import CI_HIGH, CI_LOW  # noqa: E402
 
 __all__ = ["plot_all", "plot_coverage", "plot_delta_sweep", "plot_pareto", "plot_thresholds", "plot_training_curves"]
 
-_METHOD_NAMES = {"cgrpo": "C-GRPO", "grpo": "GRPO", "base": "base"}
+_METHOD_NAMES = {"cgrpo": "C-GRPO", "grpo": "GRPO", "dapo": "DAPO", "base": "base"}
+_MARKERS = {"cgrpo": "o", "grpo": "s", "dapo": "^"}
 DPI = 120
 
 
@@ -76,7 +77,7 @@ def plot_pareto(summary: pd.DataFrame, path: str | Path) -> None:
               ("total_wall_s", "wall clock per run, training + calibration (s)")]
     for ax, (column, xlabel) in zip(axes, panels):
         for label, group in trained.groupby("label", sort=True):
-            marker = "o" if group["method"].iloc[0] == "cgrpo" else "s"
+            marker = _MARKERS[group["method"].iloc[0]]
             ax.scatter(group[column], group["eval_greedy_acc"], color=colors[label], alpha=0.45, s=25, marker=marker)
             ax.scatter(group[column].mean(), group["eval_greedy_acc"].mean(), color=colors[label], s=160,
                        marker=marker, edgecolor="black", linewidth=1.2, label=label, zorder=3)

@@ -96,7 +96,8 @@ _RUN_FIELDS = [
     "train_wall_s", "generation_wall_s", "update_wall_s", "calibration_wall_s", "total_wall_s",
     "reference_budget", "steps_per_generation",
 ]
-_METHOD_ORDER = {"base": 0, "cgrpo": 1, "grpo": 2}
+_METHOD_ORDER = {"base": 0, "cgrpo": 1, "grpo": 2, "dapo": 3}
+_METHOD_NAMES = {"grpo": "GRPO", "dapo": "DAPO"}
 
 
 # --------------------------------------------------------------------------- labels
@@ -105,21 +106,25 @@ _METHOD_ORDER = {"base": 0, "cgrpo": 1, "grpo": 2}
 def setting_label(record: Mapping[str, Any]) -> str:
     """The setting a run belongs to, shared by all its seeds.
 
-    C-GRPO: ``"grid 2-4-8-16-32, delta auto, recal 10"``; GRPO: ``"G=32"``, or
-    ``"G=6 (compute-matched)"`` for a compute-matched baseline; the base model: ``"base model"``.
+    C-GRPO: ``"grid 2-4-8-16-32, delta auto, recal 10"``, with ``", drop unanimous"`` for a run with
+    `drop_unanimous`; GRPO: ``"G=32"``, or ``"G=6 (compute-matched)"`` for a compute-matched baseline; DAPO:
+    ``"G=32, dynamic sampling"``; the base model: ``"base model"``.
     """
     method = record["method"]
     if method == "base":
         return "base model"
     if method == "cgrpo":
+        drop = ", drop unanimous" if record.get("drop_unanimous") else ""
         return (
             f"grid {record['budget_grid']}, delta {format_delta(record['delta'])}, "
-            f"recal {record['recalibrate_every']}"
+            f"recal {record['recalibrate_every']}{drop}"
         )
     if method == "grpo":
         matched = " (compute-matched)" if record.get("compute_matched") else ""
         return f"G={record['num_generations']}{matched}"
-    raise ValueError(f"Unknown method {method!r} in run {record.get('run')!r}; expected 'cgrpo' or 'grpo'.")
+    if method == "dapo":
+        return f"G={record['num_generations']}, dynamic sampling"
+    raise ValueError(f"Unknown method {method!r} in run {record.get('run')!r}; expected 'cgrpo', 'grpo' or 'dapo'.")
 
 
 # --------------------------------------------------------------------------- loading
@@ -251,8 +256,10 @@ def by_method_table(summary: pd.DataFrame, metrics: Mapping[str, str] = BY_METHO
     return pd.DataFrame(rows)
 
 
-def _baselines(summary: pd.DataFrame, cgrpo_setting: str, matched: Sequence[Mapping[str, Any]]) -> list[str]:
-    """GRPO settings C-GRPO's ``cgrpo_setting`` is compared with: every fixed G, and its own compute match."""
+def _baselines(summary: pd.DataFrame, cgrpo_setting: str,
+               matched: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(method, setting) of the runs C-GRPO's ``cgrpo_setting`` is compared with: every fixed-G GRPO, its own compute
+    match, and every DAPO setting."""
     grpo = summary[summary["method"] == "grpo"]
     fixed = list(grpo.loc[~grpo["compute_matched"].astype(bool), "setting"].unique())
     matches = [
@@ -260,7 +267,9 @@ def _baselines(summary: pd.DataFrame, cgrpo_setting: str, matched: Sequence[Mapp
         for m in matched
         if m["setting"] == cgrpo_setting
     ]
-    return fixed + [s for s in matches if s in set(grpo["setting"])]
+    dapo = list(summary.loc[summary["method"] == "dapo", "setting"].unique())
+    return ([("grpo", s) for s in fixed + [s for s in matches if s in set(grpo["setting"])]]
+            + [("dapo", s) for s in dapo])
 
 
 def paired_table(
@@ -268,10 +277,10 @@ def paired_table(
     matched: Sequence[Mapping[str, Any]] = (),
     metrics: Mapping[str, str] = PAIRED_METRICS,
 ) -> pd.DataFrame:
-    """C-GRPO minus GRPO, seed by seed, for each C-GRPO setting and each of its baselines.
+    """C-GRPO minus each baseline, seed by seed, for each C-GRPO setting.
 
-    Baselines of a C-GRPO setting are every fixed-G GRPO setting plus the compute-matched GRPO whose ``matched``
-    record (from :func:`cgrpo.pipeline.matching.match_group_size`) names that setting. Only seeds run by both sides
+    Baselines of a C-GRPO setting are every fixed-G GRPO setting, the compute-matched GRPO whose ``matched``
+    record (from :func:`cgrpo.pipeline.matching.match_group_size`) names that setting, and every DAPO setting. Only seeds run by both sides
     are paired. Each metric gets the mean difference and its 95% interval
     (:func:`cgrpo.pipeline.statistics.paired_difference_ci`).
     """
@@ -279,13 +288,14 @@ def paired_table(
     cgrpo = summary[summary["method"] == "cgrpo"]
     for setting, treated in cgrpo.groupby("setting", sort=False):
         treated = treated.set_index("seed")
-        for baseline in _baselines(summary, setting, matched):
-            base = summary[(summary["method"] == "grpo") & (summary["setting"] == baseline)].set_index("seed")
+        for method, baseline in _baselines(summary, setting, matched):
+            base = summary[(summary["method"] == method) & (summary["setting"] == baseline)].set_index("seed")
             seeds = treated.index.intersection(base.index)
             if seeds.empty:
                 continue
             row: dict[str, Any] = {
-                "C-GRPO setting": setting, "baseline": f"GRPO {baseline}", "paired seeds": len(seeds)
+                "C-GRPO setting": setting, "baseline": f"{_METHOD_NAMES[method]} {baseline}",
+                "paired seeds": len(seeds)
             }
             for column, name in metrics.items():
                 diff, low, high = paired_difference_ci(

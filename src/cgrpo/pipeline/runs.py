@@ -1,4 +1,4 @@
-"""Pipeline steps around training: the initial calibration and one C-GRPO or fixed-group GRPO training run.
+"""Pipeline steps around training: the initial calibration and one C-GRPO, fixed-group GRPO or DAPO training run.
 
 Each step takes its typed spec from `cgrpo.pipeline.specs` (or the same as a plain dict, as Snakemake hands it over)
 and writes its outputs into a folder; both load models, data and reward functions exactly as a user's script would.
@@ -20,6 +20,7 @@ from trl import GRPOConfig
 from ..calibration import fit_thresholds
 from ..config import CGRPOConfig
 from ..costs import rollout_savings, rollout_savings_with_calibration, rollouts_per_prompt
+from .checkpoints import ResumableTotals, align_save_steps, resume_point
 from .specs import CalibrationSpec, TrainSpec, format_grid
 from .splits import load_split
 from .tasks import get_task
@@ -63,25 +64,31 @@ def calibrate_initial(spec: CalibrationSpec | dict[str, Any], out_dir: str | Pat
 
 
 def train_run(spec: TrainSpec | dict[str, Any], out_dir: str | Path) -> None:
-    """Train one run (`spec.method` is "cgrpo" or "grpo") and write `model/`, `steps.csv` and `run.json`."""
+    """Train one run (`spec.method` is "cgrpo", "grpo" or "dapo") and write `model/`, `steps.csv` and `run.json`."""
     spec = TrainSpec.from_dict(spec)
     out_dir = Path(out_dir)
     method = spec.method
-    if method not in ("cgrpo", "grpo"):
-        raise ValueError(f"method must be 'cgrpo' or 'grpo', got {method!r}.")
+    if method not in _TRAINERS:
+        raise ValueError(f"method must be one of {sorted(_TRAINERS)}, got {method!r}.")
     initial = _initial_calibration(spec) if method == "cgrpo" else None
+    checkpoints = out_dir / "checkpoints"
+    resume = resume_point(checkpoints, spec)
     trainer = (
-        _cgrpo_trainer(spec, out_dir / "checkpoints", spec.delta, spec.recalibrate_every, initial)
+        _cgrpo_trainer(spec, checkpoints, spec.delta, spec.recalibrate_every, initial)
         if method == "cgrpo"
-        else _grpo_trainer(spec, out_dir / "checkpoints")
+        else _TRAINERS[method](spec, checkpoints)
     )
-    start = time.perf_counter()
-    trainer.train()
-    wall = time.perf_counter() - start
+    align_save_steps(trainer.args)
+    totals = ResumableTotals(trainer, resume)
+    trainer.add_callback(totals)
+    trainer.train(resume_from_checkpoint=resume)
+    wall = totals.elapsed()
     trainer.save_model(str(out_dir / "model"))
     _steps_table(trainer.state.log_history).to_csv(out_dir / "steps.csv", index=False)
     record = _run_record(spec, trainer, wall, initial)
+    # run.json last: it is what marks the run finished; its checkpoints are then of no further use.
     (out_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
+    shutil.rmtree(checkpoints)
     logger.info("Run %s: %s", spec.run, {k: v for k, v in record.items() if k != "calibrations"})
 
 
@@ -119,7 +126,9 @@ def _datasets(spec: Spec, task) -> tuple:
 
 
 def _trainer_options(spec: Spec, output_dir: Path) -> dict[str, Any]:
-    options = {"report_to": [], "save_strategy": "no", "logging_steps": 1, "seed": spec.seed, "data_seed": spec.seed}
+    # Checkpoints let a killed training job resume; two are kept so that one is complete whenever a job is killed.
+    options = {"report_to": [], "save_strategy": "steps", "save_total_limit": 2, "logging_steps": 1, "seed": spec.seed,
+               "data_seed": spec.seed}
     options.update(spec.trainer)
     options["output_dir"] = str(output_dir)
     return options
@@ -164,6 +173,22 @@ def _grpo_trainer(spec: TrainSpec, output_dir: Path) -> TimedGRPOTrainer:
                             peft_config=_peft_config(spec))
 
 
+def _dapo_trainer(spec: TrainSpec, output_dir: Path):
+    from ..dynamic_sampling import DynamicSamplingConfig, DynamicSamplingGRPOTrainer
+
+    torch.manual_seed(spec.seed)
+    task = _task(spec)
+    train, _ = _datasets(spec, task)
+    args = DynamicSamplingConfig(num_generations=int(spec.num_generations), **spec.dynamic,
+                                 **_trainer_options(spec, output_dir))
+    return DynamicSamplingGRPOTrainer(model=spec.model, reward_funcs=task.reward_funcs, args=args, train_dataset=train,
+                                      peft_config=_peft_config(spec))
+
+
+# Trainer builders by method; C-GRPO's also takes its initial calibration, so `train_run` calls it apart.
+_TRAINERS = {"cgrpo": _cgrpo_trainer, "grpo": _grpo_trainer, "dapo": _dapo_trainer}
+
+
 def _initial_calibration(spec: TrainSpec) -> dict[str, Any]:
     """Thresholds for this run's delta, refitted from the initial policy's calibration scores."""
     record = json.loads(Path(spec.initial_calibration).read_text())
@@ -181,13 +206,17 @@ def _initial_calibration(spec: TrainSpec) -> dict[str, Any]:
 # ---------------------------------------------------------------------- accounting
 def _steps_table(log_history: list[dict[str, Any]]) -> pd.DataFrame:
     rows = [entry for entry in log_history if "loss" in entry and not any(key in entry for key in _SUMMARY_KEYS)]
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    # Sorted columns: a resumed run's early entries come back from its checkpoint with their keys sorted.
+    return table[["step", *sorted(c for c in table.columns if c != "step")]]
 
 
 def _run_record(spec: TrainSpec, trainer, wall: float, initial: dict | None) -> dict[str, Any]:
     cgrpo = spec.method == "cgrpo"
     width = trainer.args.num_generations
     reference = int(spec.reference_budget)
+    # DAPO's, and C-GRPO's with drop_unanimous; None for the others.
+    dynamic = getattr(trainer, "dynamic_totals", None)
     if cgrpo:
         totals = trainer.cgrpo_totals
         # Throwaway rows that keep processes in lockstep are generated compute too.
@@ -199,6 +228,9 @@ def _run_record(spec: TrainSpec, trainer, wall: float, initial: dict | None) -> 
         totals = trainer.generation_totals
         rollouts, tokens = int(totals["train_rollouts"]), int(totals["train_tokens"])
         groups, calibrations, lockstep = rollouts // width, [], 0
+    if dynamic is not None:
+        # Per trained prompt: the groups dynamic sampling dropped were generated for the ones it trained on.
+        groups = int(dynamic["groups_kept"] + dynamic["groups_zero_variance_trained"])
     calibration_rollouts = sum(c["rollouts"] for c in calibrations)
     calibration_wall = sum(c["wall_s"] for c in calibrations)
     in_run_calibration = sum(c["wall_s"] for c in calibrations[1:])
@@ -209,6 +241,7 @@ def _run_record(spec: TrainSpec, trainer, wall: float, initial: dict | None) -> 
         "budget_grid": format_grid(spec.budget_grid) if cgrpo else None,
         "delta": spec.delta if cgrpo else None,
         "recalibrate_every": spec.recalibrate_every if cgrpo else None,
+        "drop_unanimous": dynamic is not None if cgrpo else None,
         "compute_matched": spec.compute_matched,
         "reference_budget": reference, "steps": trainer.state.global_step, "groups": groups,
         "steps_per_generation": trainer.args.steps_per_generation,
@@ -227,6 +260,8 @@ def _run_record(spec: TrainSpec, trainer, wall: float, initial: dict | None) -> 
         "calibration_wall_s": calibration_wall,
         "total_wall_s": wall + initial_calibration,
         "calibrations": calibrations,
+        # Dynamic sampling: every group sampled counts above; what it kept, dropped and how many rounds it took.
+        "dynamic": None if dynamic is None else dict(dynamic),
     }
 
 

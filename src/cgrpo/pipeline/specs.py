@@ -11,12 +11,13 @@ serves every training seed), and a method's trainer options are `training` updat
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from .tasks.files import hub_offline
 
 __all__ = [
     "CalibrationSpec",
@@ -27,6 +28,7 @@ __all__ = [
     "calibration_spec",
     "check_model_source",
     "cgrpo_run_name",
+    "dapo_run_name",
     "evaluation_spec",
     "format_delta",
     "format_grid",
@@ -37,6 +39,7 @@ __all__ = [
     "parse_run_name",
     "task_spec",
     "train_cgrpo_spec",
+    "train_dapo_spec",
     "train_grpo_spec",
 ]
 
@@ -74,10 +77,16 @@ def grpo_run_name(seed: int, group_size: int, matched: bool = False) -> str:
     return f"grpo_s{int(seed)}_G{int(group_size)}" + ("_matched" if matched else "")
 
 
+def dapo_run_name(seed: int, group_size: int) -> str:
+    """``dapo_s<seed>_G<group_size>``: GRPO with DAPO's dynamic sampling."""
+    return f"dapo_s{int(seed)}_G{int(group_size)}"
+
+
 _RUN_NAME = re.compile(
     r"(?P<base>base)"
     r"|cgrpo_s(?P<cgrpo_seed>\d+)_g(?P<grid>\d+(?:-\d+)*)_d(?P<delta>auto|[0-9.]+(?:e-?[0-9]+)?)_r(?P<recal>\d+)"
     r"|grpo_s(?P<grpo_seed>\d+)_G(?P<group_size>\d+)(?P<matched>_matched)?"
+    r"|dapo_s(?P<dapo_seed>\d+)_G(?P<dapo_size>\d+)"
 )
 
 
@@ -87,7 +96,7 @@ RUN_NAME_PATTERN = re.sub(r"\(\?P<\w+>", "(?:", _RUN_NAME.pattern)
 
 @dataclass(frozen=True)
 class RunName:
-    """What a run name says: the method (``"base"``, ``"cgrpo"`` or ``"grpo"``) and that method's settings."""
+    """What a run name says: the method (``"base"``, ``"cgrpo"``, ``"grpo"`` or ``"dapo"``) and its settings."""
 
     method: str
     seed: int | None = None
@@ -96,18 +105,21 @@ class RunName:
     recalibrate_every: int | None = None
     num_generations: int | None = None
     compute_matched: bool = False
+    dynamic: dict[str, Any] | None = None
 
 
 def parse_run_name(name: str) -> RunName:
-    """Inverse of :func:`cgrpo_run_name` and :func:`grpo_run_name` (and ``"base"`` for the base model)."""
+    """Inverse of :func:`cgrpo_run_name`, :func:`grpo_run_name` and :func:`dapo_run_name` (and ``"base"``)."""
     match = _RUN_NAME.fullmatch(name)
     if match is None:
-        raise ValueError(f"{name!r} is not a run name; expect base, cgrpo_s0_g2-4-8_dauto_r50 or grpo_s0_G8.")
+        raise ValueError(f"{name!r} is not a run name; expect base, cgrpo_s0_g2-4-8_dauto_r50, grpo_s0_G8 or dapo_s0_G8.")
     if match["base"]:
         return RunName("base")
     if match["cgrpo_seed"] is not None:
         return RunName("cgrpo", int(match["cgrpo_seed"]), tuple(parse_grid(match["grid"])),
                        parse_delta(match["delta"]), int(match["recal"]))
+    if match["dapo_seed"] is not None:
+        return RunName("dapo", int(match["dapo_seed"]), num_generations=int(match["dapo_size"]))
     return RunName("grpo", int(match["grpo_seed"]), num_generations=int(match["group_size"]),
                    compute_matched=match["matched"] is not None)
 
@@ -132,7 +144,7 @@ def check_model_source(location: str, offline: bool | None = None) -> None:
         raise ValueError(
             f"base_model.path {location!r} does not exist; fix the path or set base_model.bootstrap: true."
         )
-    offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") if offline is None else offline
+    offline = hub_offline() if offline is None else offline
     if offline:
         from huggingface_hub import try_to_load_from_cache
 
@@ -188,10 +200,12 @@ class CalibrationSpec(_StepSpec):
 
 @dataclass(frozen=True)
 class TrainSpec(_StepSpec):
-    """One training run (rules train_cgrpo and train_grpo, `cgrpo.pipeline.runs.train_run`).
+    """One training run (rules train_cgrpo, train_grpo and train_dapo, `cgrpo.pipeline.runs.train_run`).
 
-    C-GRPO runs set `budget_grid`, `delta`, `recalibrate_every`, `cgrpo` and `initial_calibration`; GRPO runs set
-    `num_generations` and `compute_matched`. `reference_budget` is the G savings are measured against.
+    C-GRPO runs set `budget_grid`, `delta`, `recalibrate_every`, `cgrpo` (the `CGRPOConfig` options of
+    `cgrpo.options`, dynamic sampling's `drop_unanimous` and `max_sampling_rounds` among them) and
+    `initial_calibration`; GRPO runs set `num_generations` and `compute_matched`; DAPO runs set `num_generations` and
+    `dynamic` (`prompts_per_round`, `max_sampling_rounds`). `reference_budget` is the G savings are measured against.
     """
 
     run: str
@@ -206,6 +220,7 @@ class TrainSpec(_StepSpec):
     initial_calibration: str | None = None
     num_generations: int | None = None
     compute_matched: bool = False
+    dynamic: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -213,7 +228,8 @@ class EvaluationSpec(_StepSpec):
     """The evaluation of one model (rule evaluate, `cgrpo.pipeline.evaluation.evaluate_model`).
 
     `evaluation` holds the resolved settings: `budget_grid`, the nonconformity `score`, `temperature`,
-    `max_new_tokens`, `batch_size`, the fixed `deltas`, and the automatic delta's `delta_margin` and `split_delta`.
+    `max_new_tokens`, `batch_size`, the fixed `deltas`, the automatic delta's `delta_margin` and `split_delta`, and the
+    sampling `backend` (hf or vllm).
     """
 
     run: str
@@ -225,7 +241,7 @@ class EvaluationSpec(_StepSpec):
 
 def method_trainer(config: Mapping[str, Any], method: str) -> dict[str, Any]:
     """`GRPOConfig` options of a method: `training` updated with `<method>.trainer` (`training` alone for the base)."""
-    if method not in ("cgrpo", "grpo"):
+    if method not in ("cgrpo", "grpo", "dapo"):
         return dict(config["training"])
     return {**config["training"], **config[method]["trainer"]}
 
@@ -270,6 +286,18 @@ def train_grpo_spec(config: Mapping[str, Any], run: str, model: str, splits: str
     )
 
 
+def train_dapo_spec(config: Mapping[str, Any], run: str, model: str, splits: str) -> TrainSpec:
+    """The DAPO run named `run`: GRPO at its G with dynamic sampling; savings are measured against G = max(first grid)."""
+    name = parse_run_name(run)
+    dapo = config["dapo"]
+    return TrainSpec(
+        run=run, method="dapo", model=model, splits=splits, task=task_spec(config), seed=name.seed,
+        trainer=method_trainer(config, "dapo"), peft=config["peft"],
+        reference_budget=max(_evaluation_grid(config)), num_generations=name.num_generations,
+        dynamic={"prompts_per_round": dapo["prompts_per_round"], "max_sampling_rounds": dapo["max_sampling_rounds"]},
+    )
+
+
 def evaluation_spec(config: Mapping[str, Any], run: str, model: str, splits: str) -> EvaluationSpec:
     """The evaluation of `run` (or ``"base"``): its training seed, the first grid, and sampling as in training.
 
@@ -292,6 +320,7 @@ def evaluation_spec(config: Mapping[str, Any], run: str, model: str, splits: str
         "deltas": [float(delta) for delta in evaluation["deltas"]],
         "delta_margin": float(config["cgrpo"]["options"]["delta_margin"]),
         "split_delta": bool(evaluation["split_delta"]),
+        "backend": evaluation.get("backend", "hf"),
     }
     seed = name.seed if name.seed is not None else config["splits"]["seed"]
     return EvaluationSpec(run=run, model=model, splits=splits, task=task_spec(config), seed=seed, evaluation=settings)

@@ -6,6 +6,8 @@ import time
 
 from trl import GRPOTrainer
 
+from ..vllm_colocate import use_reloading_weight_sync
+
 
 class TimedGRPOTrainer(GRPOTrainer):
     """TRL's `GRPOTrainer` whose `generation_totals` hold what `CGRPOTrainer.cgrpo_totals` holds for C-GRPO.
@@ -16,6 +18,8 @@ class TimedGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        # TRL's colocate weight sync fails on vLLM's packed CPU layers (see `cgrpo.vllm_colocate`).
+        use_reloading_weight_sync(self)
         self.generation_totals = {"train_rollouts": 0, "train_tokens": 0, "generation_s": 0.0}
 
     # Why: the baseline's generated rollouts and generation seconds are the costs C-GRPO is compared with, and TRL
