@@ -215,6 +215,7 @@ def test_dry_run_rejects_a_score_or_bootstrap_the_task_cannot_use(tmp_path, chan
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_code_smoke_pipeline_end_to_end(tmp_path):
     result = _snakemake(tmp_path, "--cores", "2", "--configfile", str(CODE_SMOKE), timeout=900)
     assert result.returncode == 0, result.stdout[-5000:]

@@ -365,6 +365,7 @@ def _rehearse(tmp_path, capsys, profile=None) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_gsm8k_qwen_config_rehearsal_on_cpu(tmp_path, capsys):
     _rehearse(tmp_path, capsys)
 
