@@ -102,8 +102,16 @@ def test_profiles():
     slurm = load(REPO / "workflow" / "profiles" / "slurm" / "config.yaml")
     assert slurm["executor"] == "slurm"
     assert {"slurm_partition", "runtime", "mem_mb"} <= set(slurm["default-resources"])
-    for rule in ("train_cgrpo", "train_grpo", "evaluate"):
-        assert slurm["set-resources"][rule]["gpu"] == 1
+    # Every rule that loads the policy (found in the rule files, so a new training rule cannot be missed) gets a GPU
+    # on a real cluster and the small limits on the local one.
+    gpu_rules = {match for path in (REPO / "workflow" / "rules").glob("*.smk")
+                 for match in re.findall(r"^rule (train_\w+|calibrate|evaluate):", path.read_text(), re.MULTILINE)}
+    assert {"train_cgrpo", "train_grpo", "train_dapo", "calibrate", "evaluate"} <= gpu_rules
+    local_slurm = load(REPO / "workflow" / "profiles" / "slurm-local" / "config.yaml")
+    for rule in gpu_rules:
+        assert slurm["set-resources"][rule]["gpu"] == 1, rule
+        assert slurm["set-threads"][rule] == 4, rule
+        assert local_slurm["set-resources"][rule]["mem_mb"] <= 2000, rule
     # The slurm plugin rejects GPU requests made through slurm_extra.
     assert "--gres" not in yaml.safe_dump(slurm) and "--gpus" not in yaml.safe_dump(slurm)
 
