@@ -55,7 +55,8 @@ from cgrpo import CGRPOConfig, CGRPOTrainer  # noqa: E402
 from cgrpo.pipeline.bootstrap import BootstrapSettings, build_model, train_tokenizer  # noqa: E402
 from cgrpo.calibration import Thresholds  # noqa: E402
 from cgrpo.pipeline.timing import TimedGRPOTrainer, generation_seconds  # noqa: E402
-from cgrpo.vllm_colocate import CPU_OPTIONS, use_reloading_weight_sync  # noqa: E402
+from cgrpo.pipeline.vllm_backend import CPU_KV_CACHE_GIB  # noqa: E402
+from cgrpo.vllm_colocate import CPU_OPTIONS  # noqa: E402
 
 GRID = [2, 4, 8, 16, 32]
 # name -> (hidden size, intermediate size, layers, heads): the default experiment's model and an 11M-parameter one.
@@ -185,10 +186,8 @@ def cgrpo_trainer(args, model: str, round_prompts: int, stop_at: list[int]) -> C
 
 def grpo_trainer(args, model: str, round_prompts: int, width: int) -> GRPOTrainer:
     config = GRPOConfig(num_generations=width, **common_options(args, round_prompts, width))
-    trainer = TimedGRPOTrainer(model=model, reward_funcs=length_reward, args=config,
-                               train_dataset=prompts(args.prompts, [width] * args.prompts))
-    use_reloading_weight_sync(trainer)
-    return trainer
+    return TimedGRPOTrainer(model=model, reward_funcs=length_reward, args=config,
+                            train_dataset=prompts(args.prompts, [width] * args.prompts))
 
 
 def timed_training(trainer: GRPOTrainer) -> tuple[float, float]:
@@ -312,7 +311,7 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     if args.use_vllm and args.device == "cpu":
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))
     mix = budget_mix(args.mix)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -17,18 +17,17 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from matplotlib import ticker  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .reporting import CI_HIGH, CI_LOW  # noqa: E402
+from .reporting import CI_HIGH, CI_LOW, METHOD_NAMES  # noqa: E402
 
 __all__ = ["plot_all", "plot_coverage", "plot_delta_sweep", "plot_pareto", "plot_thresholds", "plot_training_curves"]
 
-_METHOD_NAMES = {"cgrpo": "C-GRPO", "grpo": "GRPO", "dapo": "DAPO", "base": "base"}
 _MARKERS = {"cgrpo": "o", "grpo": "s", "dapo": "^"}
 DPI = 120
 
 
 def _labels(table: pd.DataFrame) -> pd.Series:
     """Legend label of each row: method and setting ("C-GRPO grid 2-4-8, ...", "GRPO G=32", "base model")."""
-    names = table["method"].map(_METHOD_NAMES).fillna(table["method"]) + " " + table["setting"].astype(str)
+    names = table["method"].map(METHOD_NAMES).fillna(table["method"]) + " " + table["setting"].astype(str)
     return names.where(table["method"] != "base", "base model")
 
 

@@ -97,7 +97,7 @@ _RUN_FIELDS = [
     "reference_budget", "steps_per_generation",
 ]
 _METHOD_ORDER = {"base": 0, "cgrpo": 1, "grpo": 2, "dapo": 3}
-_METHOD_NAMES = {"grpo": "GRPO", "dapo": "DAPO"}
+METHOD_NAMES = {"cgrpo": "C-GRPO", "grpo": "GRPO", "dapo": "DAPO", "base": "base"}
 
 
 # --------------------------------------------------------------------------- labels
@@ -294,7 +294,7 @@ def paired_table(
             if seeds.empty:
                 continue
             row: dict[str, Any] = {
-                "C-GRPO setting": setting, "baseline": f"{_METHOD_NAMES[method]} {baseline}",
+                "C-GRPO setting": setting, "baseline": f"{METHOD_NAMES[method]} {baseline}",
                 "paired seeds": len(seeds)
             }
             for column, name in metrics.items():

@@ -105,7 +105,6 @@ class RunName:
     recalibrate_every: int | None = None
     num_generations: int | None = None
     compute_matched: bool = False
-    dynamic: dict[str, Any] | None = None
 
 
 def parse_run_name(name: str) -> RunName:
