@@ -106,6 +106,16 @@ def cluster_problem() -> str | None:
     return None
 
 
+def require_cluster() -> None:
+    """Skip the calling test with the reason when no cluster answers; fail instead where CGRPO_REQUIRE_SLURM is set
+    (.ci/run sets it after starting one, so a cluster that stopped answering cannot pass CI as skips)."""
+    problem = cluster_problem()
+    if problem and os.environ.get("CGRPO_REQUIRE_SLURM"):
+        pytest.fail(f"CGRPO_REQUIRE_SLURM is set but {problem}")
+    if problem:
+        pytest.skip(problem)
+
+
 def run_two_ranks(script: Path, model_dir: str, out: Path) -> list[dict]:
     """Run `script <model_dir> <out>` on two CPU processes (torchrun, gloo); return each rank's `rank<i>.json`."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}

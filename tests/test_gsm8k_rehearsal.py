@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import SLURM_PROFILE, cluster_problem
+from conftest import SLURM_PROFILE, require_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
@@ -374,7 +374,5 @@ def test_gsm8k_qwen_config_rehearsal_on_cpu(tmp_path, capsys):
 @pytest.mark.slurm
 def test_gsm8k_qwen_config_rehearsal_through_slurm(tmp_path, capsys):
     # As the config is meant to run: through the SLURM profile, here the local cluster's variant of it.
-    problem = cluster_problem()
-    if problem:
-        pytest.skip(problem)
+    require_cluster()
     _rehearse(tmp_path, capsys, SLURM_PROFILE)

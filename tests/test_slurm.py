@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import SLURM_PROFILE, cluster_problem, run_smoke
+from conftest import SLURM_PROFILE, require_cluster, run_smoke
 
 # Measured in the run, so different between any two runs: training, generation, update, calibration and evaluation
 # wall clock (summary `*_wall_s`, by_method and paired "wall clock ...") and the savings computed from them
@@ -27,11 +27,11 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def runs(smoke_run, tmp_path_factory):
+def runs(request, tmp_path_factory):
     """The smoke run, locally and through the slurm-local profile: {"local" | "slurm": (workdir, output)}."""
-    problem = cluster_problem()
-    if problem:
-        pytest.skip(problem)
+    # Before the local run, which takes minutes and is wasted where there is no cluster.
+    require_cluster()
+    smoke_run = request.getfixturevalue("smoke_run")
     workdir = tmp_path_factory.mktemp("smoke-slurm")
     # sbatch exports the environment to the jobs (--export=ALL): they run offline too.
     result = run_smoke(workdir, "--workflow-profile", str(SLURM_PROFILE))
