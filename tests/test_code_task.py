@@ -90,6 +90,8 @@ def test_prompts_show_the_first_test_and_open_a_code_block(task):
         ("def f(x):\n    return x", "def f(x):\n    return x"),  # no fence at all
         ("```\ndef f(x):\n    return x\n```", "def f(x):\n    return x"),
         ("```python\ndef f(x):\n    return x", "def f(x):\n    return x"),  # cut off before the closing fence
+        ("f = lambda x: x + 1\n```\nThis uses a lambda.\n", "f = lambda x: x + 1"),  # no def, then prose
+        ("Here it is:\n```python\nf = lambda x: x + 1\n```", "f = lambda x: x + 1"),  # prose head, no def
         ("   \n", None),
         ("```python\n```", None),
         ([{"role": "assistant", "content": "```python\ndef f(x):\n    return x\n```"}], "def f(x):\n    return x"),

@@ -254,6 +254,25 @@ def test_local_dataset_is_checked(tmp_path):
         planned(_gsm8k(tmp_path, [{"question": "q", "problem": "p"}]))
 
 
+def test_json_file_of_json_lines_is_read(tmp_path):
+    # datasets' json builder reads JSON Lines under a .json name; the dry run reads its first line.
+    config = _gsm8k(tmp_path, [GOOD_ROW, GOOD_ROW], name="gsm8k_train.json")
+    config["task"]["options"]["source"] = str(tmp_path / "gsm8k_{split}.json")
+    planned(config)
+    (tmp_path / "gsm8k_train.json").write_text(json.dumps([{"question": "q"}]))
+    with pytest.raises(ConfigError, match=r"lacks column\(s\) answer \(it has question\)"):
+        planned(config)
+
+
+@pytest.mark.parametrize("task", [{"name": "arithmetic", "options": {}}, {"name": "code", "options": {}}])
+def test_generated_task_has_no_eval_source_split(task):
+    config = with_change("task", task)
+    config["splits"]["eval_source_split"] = "test"
+    with pytest.raises(ConfigError, match=r"^config key splits.eval_source_split is 'test', but task '\w+' generates "
+                                          r"one pool .*leave splits.eval_source_split unset \(null\)"):
+        planned(config)
+
+
 def test_one_file_cannot_serve_an_eval_split(tmp_path):
     (tmp_path / "all.jsonl").write_text(json.dumps(GOOD_ROW) + "\n")
     config = with_change("task", {"name": "gsm8k", "options": {"source": str(tmp_path / "all.jsonl")}})

@@ -7,6 +7,7 @@ import math
 import os
 import secrets
 import socket
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -29,8 +30,11 @@ def isolation():
 
 @pytest.fixture(scope="module")
 def contained(isolation):
-    """Skip a check that needs namespaces (network, filesystem, pid) where the platform gives none."""
-    if isolation.get("mode") != "namespaces":
+    """Skip a check that needs namespaces (network, filesystem, pid) where the platform gives none; as root (this
+    machine, CI) they are always available, so a fall back to process isolation fails instead of skipping."""
+    if os.geteuid() == 0:
+        assert isolation.get("mode") == "namespaces", isolation
+    elif isolation.get("mode") != "namespaces":
         pytest.skip(f"no namespaces here ({isolation}): the network, filesystem and pid checks do not apply")
     return isolation
 
@@ -112,6 +116,9 @@ def test_prepare_tests_keeps_expected_values_out_of_the_sandbox():
     assert value.tamper_proof
     assert (swapped.source, swapped.op, swapped.expected, swapped.literal_first) == ("f(2)", "in", 3, True)
     assert (builtin_call.source, builtin_call.expected) == ("set(f(3))", {4, 5})
+    assert not builtin_call.tamper_proof  # the program can replace set
+    assert prepare_tests(["assert f([1, 2], k=-3) == 0"])[0].tamper_proof
+    assert not prepare_tests(["assert f(g(1)) == 0"])[0].tamper_proof
     assert (close.op, close.source, close.expected, close.options) == ("isclose", "f(1)", 2.0, (("rel_tol", 0.001),))
     assert truth.kind == "truth" and not truth.tamper_proof
     assert statement.kind == "stmt" and not statement.tamper_proof
@@ -201,7 +208,9 @@ def test_reading_hidden_files_fails(contained):
 
 def test_parent_environment_is_not_visible(monkeypatch):
     secret = secrets.token_hex(8)
-    monkeypatch.setenv("CGRPO_TEST_SECRET", secret)
+    monkeypatch.setenv("CGRPO_TEST_SECRET", secret)  # os.environ: what the sandbox's environment could inherit
+    # setenv never reaches /proc/<pid>/environ; a helper process puts the secret there for the run.
+    helper = subprocess.Popen(["sleep", "30"], env={"CGRPO_TEST_SECRET": secret})
     program = (
         "import os\n"
         "def f():\n"
@@ -214,7 +223,15 @@ def test_parent_environment_is_not_visible(monkeypatch):
         "            return data.split(b'CGRPO_TEST_SECRET=')[1].split(b'\\0')[0].decode()\n"
         "    return os.environ.get('CGRPO_TEST_SECRET')\n"
     )
-    result = run_tests(program, [f"assert f() == {secret!r}"], limits=FAST)
+    try:
+        deadline = time.monotonic() + 5  # until the helper has exec'd: before, /proc shows this process's environ
+        while f"CGRPO_TEST_SECRET={secret}".encode() not in Path(f"/proc/{helper.pid}/environ").read_bytes():
+            assert time.monotonic() < deadline, "the helper never showed the secret in /proc"
+            time.sleep(0.01)
+        result = run_tests(program, [f"assert f() == {secret!r}"], limits=FAST)
+    finally:
+        helper.kill()
+        helper.wait()
     assert not result.passed and result.status == "failed"
 
 
@@ -298,12 +315,40 @@ TAMPERING = {
 }
 
 
+# Programs that patch what a test calls, with the tests and setup code they target (TESTS and no setup otherwise).
+TAMPERING_TESTS = {
+    "patch_abs": (["assert abs(f(1) - 3.14) < 0.001"], ""),
+    "redefine_setup_helper": (["assert check(f(2))"], "def check(value):\n    return value == 7\n"),
+}
+TAMPERING.update({
+    "patch_abs": "import builtins\nbuiltins.abs = lambda x: 0\ndef f(x):\n    return 0\n",
+    "redefine_setup_helper": "def check(value):\n    return True\ndef f(x):\n    return 0\n",
+})
+
+
 @pytest.mark.parametrize("name", sorted(TAMPERING))
 def test_tampering_with_the_harness_fails(name):
-    result = run_tests(TAMPERING[name], TESTS, limits=FAST)
+    tests, setup = TAMPERING_TESTS.get(name, (TESTS, ""))
+    # The tests that compute more than the program's value are not tamper-proof, and still not passed by these.
+    assert all(test.tamper_proof == (name not in TAMPERING_TESTS) for test in prepare_tests(tests))
+    result = run_tests(TAMPERING[name], tests, setup=setup, limits=FAST)
     assert not result.passed, result
     if name.startswith("forged") or name.startswith("exit_in_test"):
         assert result.status == "failed"  # the forged record did arrive, and its values were judged wrong
+
+
+def test_tests_use_the_original_builtins_and_setup_helpers():
+    # The tampering programs' honest twins pass: tests still see the program's names.
+    assert run_tests("def f(x):\n    return 3.1401\n", TAMPERING_TESTS["patch_abs"][0], limits=FAST).passed
+    tests, setup = TAMPERING_TESTS["redefine_setup_helper"]
+    assert run_tests("def f(x):\n    return 7\n", tests, setup=setup, limits=FAST).passed
+
+
+def test_a_run_without_an_isolation_record_logs_nothing(monkeypatch, caplog):
+    monkeypatch.setattr(sandbox, "_isolation_seen", {})
+    with caplog.at_level("INFO", logger=sandbox.__name__):
+        sandbox._note_isolation({})
+    assert caplog.text == "" and sandbox._isolation_seen == {}
 
 
 def test_hostile_and_good_programs_in_one_parallel_batch():

@@ -76,7 +76,8 @@ def needed_splits(eval_source_split: str | None) -> list[str]:
 
 
 def check_task(config: Mapping[str, Any]) -> None:
-    """Reject task options the task's factory refuses, data it cannot read, a score it cannot compute (aps needs
+    """Reject task options the task's factory refuses, data it cannot read, an eval source split for a generated task
+    (which has one pool), a score it cannot compute (aps needs
     answers to compare with a gold answer, first_success and pass_rate a verifier) and a bootstrap on another task's
     data."""
     name = config["task"]["name"]
@@ -84,8 +85,16 @@ def check_task(config: Mapping[str, Any]) -> None:
         task = get_task(name, **config["task"]["options"])
     except (TypeError, ValueError) as error:
         raise ConfigError(f"config key task.options of task {name!r}: {error}") from None
+    eval_source_split = config["splits"]["eval_source_split"]
     if task.source is not None:
-        task.source.check(needed_splits(config["splits"]["eval_source_split"]), offline=False)
+        task.source.check(needed_splits(eval_source_split), offline=False)
+    elif eval_source_split is not None:
+        # The split job would fail on it: a generated task has one pool, which calibration and eval are carved from.
+        raise ConfigError(
+            f"config key splits.eval_source_split is {eval_source_split!r}, but task {name!r} generates one pool "
+            "(split 'train') and has no other split: leave splits.eval_source_split unset (null) to carve the eval "
+            "set from that pool."
+        )
     try:
         check_task_score(task, config["cgrpo"]["options"]["score"])
     except ValueError as error:

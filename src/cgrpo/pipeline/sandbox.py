@@ -76,8 +76,13 @@ that finds it, prints a forged record and exits still has to supply the right va
 computing them (or by reading the dataset, where it is not hidden), and a missing or malformed record, a missing
 test, or a record cut by the output cap is a fail. Tests of any other form (``assert f(1) < f(2)``, ``assert a and b``,
 several statements) run whole in the sandbox, and a program that patches what they call or returns objects with lying
-comparison methods can pass them: :class:`PreparedTest` ``.tamper_proof`` says which tests are which. The generated
-code task only writes tamper-proof tests, and nearly all of MBPP's are.
+comparison methods can pass them. So can a program that patches the harness or forges the record against a value
+expression that computes more than its function's result on literals (``assert abs(f(1) - 3.14) < 0.001``,
+``assert check(f(2))``): the value it reports need not be its answer. :class:`PreparedTest` ``.tamper_proof`` is True
+only for ``<name>(<literals>)`` compared in the parent. Tests are evaluated with the builtins saved before the program
+ran and with the setup code run again over the program's names, so that simply patching ``builtins.abs`` or
+redefining a setup helper passes neither of the two above. The generated code task only writes tamper-proof tests;
+MBPP's ``assert f(<literals>) == <literal>`` tests are too.
 
 Per-program overhead on the 2-core development machine (Debian 12, root, namespaces): 25-50 ms for a trivial program
 run alone (``python -I -S`` start-up, the namespaces, two forks and the mounts), about 28 ms per program with two
@@ -162,7 +167,6 @@ class PreparedTest:
     ``source``; it passes if nothing raises).
     """
 
-    text: str
     kind: str
     source: str
     op: str = ""
@@ -172,9 +176,11 @@ class PreparedTest:
 
     @property
     def tamper_proof(self) -> bool:
-        """True when only the program's value is computed in the sandbox and the parent judges it, so that no program
-        can pass by patching what the test calls or by lying about equality."""
-        return self.kind == "value"
+        """True when the sandbox computes nothing but a call of the program's function on literal arguments and the
+        parent judges the value: whatever the program patches, the value it reports is its own answer to that call.
+        A value expression that computes more (``abs(f(1) - 3.14)``, ``check(f(2))``, ``set(f(x))``) also uses
+        objects the program can replace, so it is not."""
+        return self.kind == "value" and _is_call_on_literals(self.source)
 
 
 @dataclass
@@ -240,6 +246,15 @@ def _literal(node: ast.AST, depth: int = 0) -> Any:
     raise _NotLiteral
 
 
+def _is_call_on_literals(source: str) -> bool:
+    node = ast.parse(source, mode="eval").body
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        return False
+    arguments = [*node.args, *(keyword.value for keyword in node.keywords)]
+    return all(keyword.arg is not None for keyword in node.keywords) and all(
+        _trusted_literal(argument)[0] for argument in arguments)
+
+
 def _trusted_literal(node: ast.AST) -> tuple[bool, Any]:
     try:
         return True, _literal(node)
@@ -282,7 +297,7 @@ def _value_test(text: str, condition: ast.AST) -> PreparedTest | None:
             ok, value = _trusted_literal(literal)
             # Identity means something only for the singletons; a decoded int is never the literal's object.
             if ok and (op not in ("is", "is not") or value is None or type(value) is bool):
-                return PreparedTest(text=text, kind="value", source=_expression(text, other), op=op, expected=value,
+                return PreparedTest(kind="value", source=_expression(text, other), op=op, expected=value,
                                     literal_first=literal_first)
         return None
     if _is_isclose(condition) and len(condition.args) == 2:
@@ -295,13 +310,13 @@ def _value_test(text: str, condition: ast.AST) -> PreparedTest | None:
         for literal, other in ((condition.args[1], condition.args[0]), (condition.args[0], condition.args[1])):
             ok, value = _trusted_literal(literal)
             if ok and type(value) in (int, float):
-                return PreparedTest(text=text, kind="value", source=_expression(text, other), op="isclose",
+                return PreparedTest(kind="value", source=_expression(text, other), op="isclose",
                                     expected=value, options=tuple(options))
         return None
     if isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not):
-        return PreparedTest(text=text, kind="value", source=_expression(text, condition.operand), op="falsy")
+        return PreparedTest(kind="value", source=_expression(text, condition.operand), op="falsy")
     if isinstance(condition, (ast.Call, ast.Name, ast.Subscript, ast.Attribute)):
-        return PreparedTest(text=text, kind="value", source=_expression(text, condition), op="truthy")
+        return PreparedTest(kind="value", source=_expression(text, condition), op="truthy")
     return None
 
 
@@ -315,8 +330,8 @@ def _prepare_one(text: str) -> PreparedTest:
     statement = module.body[0]
     if len(module.body) == 1 and isinstance(statement, ast.Assert):
         prepared = _value_test(text, statement.test)
-        return prepared or PreparedTest(text=text, kind="truth", source=_expression(text, statement.test))
-    return PreparedTest(text=text, kind="stmt", source=text)
+        return prepared or PreparedTest(kind="truth", source=_expression(text, statement.test))
+    return PreparedTest(kind="stmt", source=text)
 
 
 def prepare_tests(tests: Sequence[str]) -> list[PreparedTest]:
@@ -415,8 +430,8 @@ _isolation_seen: dict[str, Any] = {}
 
 
 def _note_isolation(isolation: dict[str, Any]) -> None:
-    if _isolation_seen or not isinstance(isolation, dict):
-        return
+    if _isolation_seen or not isinstance(isolation, dict) or not isolation:
+        return  # noted already, or a run that ended before its harness reported (its own warning says so)
     with _warned:
         if _isolation_seen:
             return

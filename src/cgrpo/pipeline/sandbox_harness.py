@@ -16,6 +16,8 @@ _iters = ((_list, "l", list.__iter__), (_tuple, "t", tuple.__iter__), (_set, "S"
 _dict_items = dict.items
 _real, _imag = complex.__dict__["real"].__get__, complex.__dict__["imag"].__get__
 _dumps, _write, _exit, _Base = json.dumps, os.write, os._exit, BaseException
+_exec, _eval, _compile = exec, eval, compile
+_builtins = dict(builtins.__dict__)  # the tests' builtins: the program may patch the module's
 
 libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
@@ -179,6 +181,27 @@ def describe(error):
     return text[:300]
 
 
+def run_tests(spec, namespace):
+    """Each test's outcome. Tests see the program's names but the original builtins, and the setup code is run again
+    over the program's names, so that a program cannot pass by redefining ``abs`` or a setup helper."""
+    scope = {**namespace, "__builtins__": _builtins}
+    try:
+        _exec(_compile(spec["setup"], "<setup>", "exec"), scope)
+    except _Base as error:
+        return [["error", describe(error)] for _ in spec["tests"]]
+    results = []
+    for kind, source in spec["tests"]:
+        try:
+            if kind == "stmt":
+                _exec(_compile(source, "<test>", "exec"), scope)
+                results.append(["ok", ["b", 1]])
+            else:
+                results.append(["ok", encode(_eval(_compile(source, "<test>", "eval"), scope))])
+        except _Base as error:
+            results.append(["error", describe(error)])
+    return results
+
+
 def run_untrusted(spec, moved, isolation, out):
     """Limits and privileges, then the program, then the tests; never returns."""
     token, results, program_error = spec["token"], [], None
@@ -209,15 +232,7 @@ def run_untrusted(spec, moved, isolation, out):
     except _Base as error:
         program_error = describe(error)
     else:
-        for kind, source in spec["tests"]:
-            try:
-                if kind == "stmt":
-                    exec(compile(source, "<test>", "exec"), namespace)
-                    results.append(["ok", ["b", 1]])
-                else:
-                    results.append(["ok", encode(eval(compile(source, "<test>", "eval"), namespace))])
-            except _Base as error:
-                results.append(["error", describe(error)])
+        results = run_tests(spec, namespace)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -257,8 +257,9 @@ def extract_program(completion: str | list[dict]) -> str | None:
 
     Code before the first ````` fence counts when it compiles and defines a function (completions of a prompt that
     opened a ```` ```python ```` block: the model writes the code and closes the fence); otherwise the first fenced
-    block tagged ``python`` (or untagged) that defines a function, else the first such block; without any fence, the
-    whole completion.
+    block tagged ``python`` (or untagged) that defines a function, else the code before the first fence when it
+    compiles (``f = lambda x: ...`` and then prose after the closing fence), else the first such block; without any
+    fence, the whole completion.
     """
     text = completion_text(completion).replace("\r\n", "\n")
     head = text.split("```", 1)[0]
@@ -271,6 +272,8 @@ def extract_program(completion: str | list[dict]) -> str | None:
     for body in python:
         if _defines_function(body):
             return body.strip()
+    if head.strip() and check_syntax(head) is None:
+        return head.strip()  # the fence it ends is the prompt's; what follows it is prose, not a block
     if python:
         return python[0].strip()
     return head.strip() or None

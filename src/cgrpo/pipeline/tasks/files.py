@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from datasets import Dataset, load_dataset
 
@@ -99,9 +100,17 @@ def _columns(path: Path) -> list[str]:
         if path.suffix == ".csv":
             return next(csv.reader(handle), [])
         if path.suffix == ".jsonl":
-            line = next((line for line in handle if line.strip()), "{}")
-            row = json.loads(line)
+            row = _first_line_row(handle)
         else:
-            data = json.load(handle)
+            try:
+                data = json.load(handle)
+            except json.JSONDecodeError:
+                # datasets' json builder reads JSON Lines under a .json name too.
+                handle.seek(0)
+                data = _first_line_row(handle)
             row = data[0] if isinstance(data, list) and data else data
     return sorted(row) if isinstance(row, dict) else []
+
+
+def _first_line_row(handle) -> Any:
+    return json.loads(next((line for line in handle if line.strip()), "{}"))
