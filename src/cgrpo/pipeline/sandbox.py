@@ -40,7 +40,8 @@ not ``namespaces`` (:func:`isolation_report` returns it):
     ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``/run`` are empty read-only tmpfs, as are the parent's working
     directory, ``$HOME``, ``/root`` and ``/home`` (where a dataset, a checkout or a token would be) unless one of
     them holds the working directory; the standard library is bind-mounted read-only under ``/tmp/.cgrpo-lib``; the
-    working directory is the only writable place. As root, the program also runs under a fresh random uid/gid (no
+    working directory is the only writable place for root's run (below); with a user namespace the program can also
+    write what the caller owns outside those directories. As root, the program runs under a fresh random uid/gid (no
     supplementary groups) that owns nothing outside its working directory: every root-owned file is read-only to
     it, and ``RLIMIT_NPROC``, which counts processes per real uid and does not bind root, counts this run's processes
     only. With a user namespace instead, the program keeps the caller's uid mapped to uid 0 inside, without
