@@ -45,7 +45,9 @@ def test_checkpoints_without_a_recorded_spec_are_discarded(tmp_path):
 
 @pytest.mark.parametrize(
     ("save_steps", "steps_per_generation", "iterations", "accumulation", "expected"),
-    [(5, 2, 1, 1, 6), (6, 2, 1, 1, 6), (5, 4, 1, 2, 6), (3, 1, 2, 1, 4), (1, 1, 1, 1, 1)],
+    [(5, 2, 1, 1, 6), (6, 2, 1, 1, 6), (5, 4, 1, 2, 6), (3, 1, 2, 1, 4), (1, 1, 1, 1, 1),
+     # Generation batches shorter than an optimizer step, or not a whole number of them (GRPO and DAPO allow both).
+     (5, 1, 1, 2, 5), (5, 3, 1, 2, 6), (2, 3, 1, 2, 3), (1, 2, 1, 4, 1)],
 )
 def test_save_steps_round_up_to_whole_generation_batches(save_steps, steps_per_generation, iterations, accumulation,
                                                         expected):

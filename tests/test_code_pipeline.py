@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -125,6 +127,25 @@ def test_verifier_passes_run_each_prompts_tests():
     data = task.to_prompt_dataset(task.load("train").select(range(3)))
     completions = [[answer + "\n```", "def nothing():\n    return None\n```", "not code"] for answer in data["answer"]]
     assert verifier_passes(task, completions, data) == [[True, False, False]] * 3
+
+
+def test_a_verifier_that_hangs_fails_its_completions_after_its_timeout(caplog):
+    release = threading.Event()
+
+    def hang_on_the_first_prompt(completions, answer):
+        if answer == "hangs":
+            release.wait(60)
+        return [True] * len(completions)
+
+    task = SimpleNamespace(verifier=hang_on_the_first_prompt)
+    data = [{"prompt": "p0", "answer": "hangs"}, {"prompt": "p1", "answer": "passes"}]
+    try:
+        with caplog.at_level("WARNING", logger="cgrpo.pipeline.evaluation"):
+            passes = verifier_passes(task, [["a", "b"], ["c", "d"]], data, timeout_s=0.5)
+    finally:
+        release.set()
+    assert passes == [[False, False], [True, True]]
+    assert "1 of 2 verifier calls" in caplog.text and "did not return within 0.5 s" in caplog.text
 
 
 @pytest.fixture(scope="module")

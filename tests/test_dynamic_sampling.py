@@ -164,6 +164,7 @@ def test_prompt_stream_is_seeded_covers_each_pass_and_resumes_from_its_position(
     [
         ({"max_sampling_rounds": 0}, "max_sampling_rounds must be a positive integer"),
         ({"prompts_per_round": 3}, r"prompts_per_round \(3\) must be at least the prompts of one generation batch"),
+        ({"ignore_data_skip": True}, "ignore_data_skip=True would resume without dynamic sampling's saved state"),
     ],
 )
 def test_invalid_config_values_raise(tmp_path, overrides, message):

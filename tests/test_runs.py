@@ -7,6 +7,7 @@ import json
 from collections import Counter
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -83,6 +84,13 @@ def _fixed_run(root, name="grpo_s1_G32", **overrides):
               "train_wall_s": 12.5, **overrides}
     (run / "run.json").write_text(json.dumps(record))
     return run
+
+
+def test_a_run_that_logged_no_step_writes_an_empty_steps_table(tmp_path):
+    # logging_steps > max_steps: only the end-of-training summary is logged.
+    table = runs._steps_table([{"train_runtime": 1.0, "train_loss": 0.5, "step": 2}])
+    table.to_csv(tmp_path / "steps.csv", index=False)
+    assert list(pd.read_csv(tmp_path / "steps.csv").columns) == ["step"] and table.empty
 
 
 def test_copy_is_relabelled_and_keeps_the_measurements(tmp_path):

@@ -75,6 +75,10 @@ def test_evaluation_specs_sample_as_training_unless_told_otherwise():
     assert base.seed == CONFIG["splits"]["seed"]
     told = {**CONFIG, "evaluation": {**CONFIG["evaluation"], "temperature": 0.3}}
     assert evaluation_spec(told, "base", "model", "splits").evaluation["temperature"] == 0.3
+    # Evaluation gives up on a hung verifier as training does.
+    options = {**CONFIG["cgrpo"]["options"], "verifier_timeout_s": 7.0}
+    timed = {**CONFIG, "cgrpo": {**CONFIG["cgrpo"], "options": options}}
+    assert evaluation_spec(timed, "base", "model", "splits").evaluation["verifier_timeout_s"] == 7.0
 
 
 def test_specs_round_trip_through_plain_dicts_and_refuse_unknown_keys():

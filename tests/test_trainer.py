@@ -182,6 +182,7 @@ def test_same_seed_same_training_metrics(tiny_model_dir, tmp_path):
         ({"calibration_batch_size": 0}, "calibration_batch_size"),
         ({"min_generation_prompts": 0}, "min_generation_prompts"),
         ({"per_device_train_batch_size": 12, "steps_per_generation": 1}, "divisible by num_generations"),
+        ({"ignore_data_skip": True}, "ignore_data_skip=True would resume without C-GRPO's saved state"),
     ],
 )
 def test_invalid_config_values_raise(tmp_path, overrides, message):

@@ -9,6 +9,7 @@ from trl import GRPOConfig
 from .calibration import SCORES, training_grid
 from .conformal import DELTA_MARGIN
 from .dynamic_sampling import validate_dynamic_sampling
+from .user_code import VERIFIER_TIMEOUT_S
 
 # Loss types TRL normalises by tokens: masked filler rows leave them exact as they are. The others (grpo, sapo,
 # luspo, dr_grpo) normalise by rows, and the trainer reweights them (see `CGRPOTrainer.compute_loss`).
@@ -108,7 +109,7 @@ class CGRPOConfig(GRPOConfig):
                           "scores from a verifier)."},
     )
     verifier_timeout_s: float | None = field(
-        default=300.0,
+        default=VERIFIER_TIMEOUT_S,
         metadata={"help": "Seconds one verifier call (one prompt's completions) may take before its completions count "
                           "as fails; None waits forever. A call that times out is abandoned in a background thread."},
     )
@@ -163,6 +164,11 @@ class CGRPOConfig(GRPOConfig):
         if self.steps_per_generation is None and self.generation_batch_size is None:
             self.steps_per_generation = self._steps_per_generation_for(self.min_generation_prompts)
         super().__post_init__()
+        if self.ignore_data_skip:
+            raise ValueError(
+                "ignore_data_skip=True would resume without C-GRPO's saved state (thresholds, calibration, totals, "
+                "random streams), which transformers restores only along with the skipped batches; leave it False."
+            )
         if self.steps_per_generation % self.gradient_accumulation_steps:
             raise ValueError(
                 f"steps_per_generation ({self.steps_per_generation}) must be a multiple of gradient_accumulation_steps "

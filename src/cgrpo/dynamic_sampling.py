@@ -523,6 +523,11 @@ class DynamicSamplingConfig(GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        if self.ignore_data_skip:
+            raise ValueError(
+                "ignore_data_skip=True would resume without dynamic sampling's saved state (refill stream position, "
+                "totals), which transformers restores only along with the skipped batches; leave it False."
+            )
         validate_dynamic_sampling(self, self.max_sampling_rounds)
         batch_prompts = self.generation_batch_size // self.num_generations
         if self.prompts_per_round is None:

@@ -23,7 +23,7 @@ from .costs import rollout_savings
 from .dynamic_sampling import DynamicSampler
 from .padding import drop_padded_from_logs, keep_rows, log_length_stats, real_rows_only
 from .resume import load_state, save_state
-from .user_code import call_with_timeout
+from .user_code import verify
 from .vllm_colocate import use_reloading_weight_sync
 
 logger = logging.getLogger(__name__)
@@ -444,15 +444,8 @@ class CGRPOTrainer(GRPOTrainer):
         if self.args.score == "aps":
             return [self._extract(text) for text in texts]
         columns = {key: value for key, value in example.items() if key != "prompt"}
-        try:
-            passes = list(call_with_timeout(lambda: self.verifier(completions=texts, **columns),
-                                            self.args.verifier_timeout_s, "verifier"))
-        except Exception as error:  # noqa: BLE001 - user code: a verifier that raises is a fail, not a crash
-            self._count_user_error("verifier_errors", error)
-            return [False] * len(texts)
-        if len(passes) != len(texts):
-            raise ValueError(f"verifier returned {len(passes)} results for {len(texts)} completions; return one bool per completion.")
-        return [bool(p) for p in passes]
+        return verify(self.verifier, texts, columns, self.args.verifier_timeout_s,
+                      lambda error: self._count_user_error("verifier_errors", error))
 
     def _extract(self, text: str) -> str | None:
         try:

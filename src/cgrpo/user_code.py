@@ -1,12 +1,15 @@
-"""Calling user code that may hang, such as a verifier, with a bound on its wall-clock time."""
+"""Calling user code that may hang or raise, such as a verifier, with a bound on its wall-clock time."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+# Seconds one verifier call may take by default, in training (`CGRPOConfig.verifier_timeout_s`) and evaluation.
+VERIFIER_TIMEOUT_S = 300.0
 
 
 def call_with_timeout(func: Callable[[], T], timeout_s: float | None, what: str) -> T:
@@ -34,3 +37,21 @@ def call_with_timeout(func: Callable[[], T], timeout_s: float | None, what: str)
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
+
+
+def verify(verifier, texts: list[str], columns: dict[str, Any], timeout_s: float | None,
+           on_error: Callable[[Exception], None]) -> list[bool]:
+    """`verifier`'s verdict on each of one prompt's completions `texts`, given the prompt's other `columns`.
+
+    A verifier that raises, or has not returned after `timeout_s` seconds (None: no bound), fails every completion
+    and `on_error` gets the error: it is user code, and one bad call should not crash a run or stall it forever.
+    """
+    try:
+        passes = list(call_with_timeout(lambda: verifier(completions=texts, **columns), timeout_s, "verifier"))
+    except Exception as error:  # noqa: BLE001 - user code: a verifier that raises is a fail, not a crash
+        on_error(error)
+        return [False] * len(texts)
+    if len(passes) != len(texts):
+        raise ValueError(f"verifier returned {len(passes)} results for {len(texts)} completions; "
+                         "return one bool per completion.")
+    return [bool(p) for p in passes]

@@ -55,14 +55,16 @@ def align_save_steps(args) -> None:
     """Round `args.save_steps` up to whole generation batches, so that every checkpoint is a point a run can resume at.
 
     TRL generates one batch for `steps_per_generation * num_iterations` micro-steps and keeps it in memory only; a run
-    resumed inside that span would draw a different batch than the uninterrupted run did.
+    resumed inside that span would draw a different batch than the uninterrupted run did. An optimizer step is
+    `gradient_accumulation_steps` micro-steps, and only CGRPOConfig makes one span a whole number of them.
     """
     if args.save_strategy != "steps" or args.save_steps < 1:
         return
-    span = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
+    micro_steps = args.gradient_accumulation_steps
+    span = math.lcm(args.steps_per_generation * args.num_iterations, micro_steps) // micro_steps
     aligned = math.ceil(args.save_steps / span) * span
     if aligned != args.save_steps:
-        logger.info("Checkpoints every %d steps (save_steps %d rounded up to whole generation batches of %d steps).",
+        logger.info("Checkpoints every %d steps (save_steps %d rounded up to a multiple of %d, whole generation batches).",
                     aligned, args.save_steps, span)
         args.save_steps = aligned
 

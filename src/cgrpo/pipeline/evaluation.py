@@ -31,6 +31,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..calibration import SCORES, Thresholds, calibration_scores, fit_thresholds
+from ..user_code import VERIFIER_TIMEOUT_S, verify
 from .accuracy import (
     correct_flags,
     dynamic_k_summary,
@@ -90,26 +91,33 @@ def _execution_record(task, sample, eval_set, calibration_set, settings: dict[st
     greedy = sample(eval_set["prompt"], "greedy", greedy=True)
     eval_texts = sample(eval_set["prompt"], "eval")
     calibration_texts = sample(calibration_set["prompt"], "calibration")
-    greedy_passes = verifier_passes(task, greedy, eval_set)
-    eval_passes = verifier_passes(task, eval_texts, eval_set)
-    calibration_passes = verifier_passes(task, calibration_texts, calibration_set)
+    timeout_s = settings.get("verifier_timeout_s", VERIFIER_TIMEOUT_S)
+    greedy_passes = verifier_passes(task, greedy, eval_set, timeout_s)
+    eval_passes = verifier_passes(task, eval_texts, eval_set, timeout_s)
+    calibration_passes = verifier_passes(task, calibration_texts, calibration_set, timeout_s)
     record = {"run": spec.run, "eval_greedy_acc": mean_accuracy(greedy_passes)}
     record.update(execution_fixed_k_metrics(eval_passes, _answers(task, eval_texts), settings["budget_grid"]))
     record.update(conformal_metrics(eval_passes, None, calibration_passes, None, settings, spec.seed))
     return record
 
 
-def verifier_passes(task, completions: list[list[str]], dataset) -> list[list[bool]]:
-    """``task.verifier``'s verdict on each prompt's completions, given the prompt's columns (all but ``prompt``)."""
+def verifier_passes(task, completions: list[list[str]], dataset,
+                    timeout_s: float | None = VERIFIER_TIMEOUT_S) -> list[list[bool]]:
+    """``task.verifier``'s verdict on each prompt's completions, given the prompt's columns (all but ``prompt``).
+
+    As in training, a verifier call that raises or has not returned after ``timeout_s`` seconds (the pipeline passes
+    ``cgrpo.options.verifier_timeout_s``) fails that prompt's completions; a warning gives their number.
+    """
     if len(completions) != len(dataset):
         raise ValueError(f"Got completions for {len(completions)} prompts, but the dataset has {len(dataset)}.")
+    errors: list[Exception] = []
     passes = []
     for texts, row in zip(completions, dataset):
         columns = {key: value for key, value in row.items() if key != "prompt"}
-        verdicts = [bool(verdict) for verdict in task.verifier(completions=list(texts), **columns)]
-        if len(verdicts) != len(texts):
-            raise ValueError(f"The verifier returned {len(verdicts)} results for {len(texts)} completions.")
-        passes.append(verdicts)
+        passes.append(verify(task.verifier, list(texts), columns, timeout_s, errors.append))
+    if errors:
+        logger.warning("%d of %d verifier calls raised or timed out; their completions count as fails. The first: %r",
+                       len(errors), len(passes), errors[0])
     return passes
 
 

@@ -206,6 +206,9 @@ def _initial_calibration(spec: TrainSpec) -> dict[str, Any]:
 # ---------------------------------------------------------------------- accounting
 def _steps_table(log_history: list[dict[str, Any]]) -> pd.DataFrame:
     rows = [entry for entry in log_history if "loss" in entry and not any(key in entry for key in _SUMMARY_KEYS)]
+    if not rows:
+        # No step was logged (logging_steps > max_steps); the header keeps steps.csv readable.
+        return pd.DataFrame(columns=["step"])
     table = pd.DataFrame(rows)
     # Sorted columns: a resumed run's early entries come back from its checkpoint with their keys sorted.
     return table[["step", *sorted(c for c in table.columns if c != "step")]]

@@ -17,6 +17,7 @@ from pathlib import Path
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ..user_code import VERIFIER_TIMEOUT_S
 from .tasks.files import hub_offline
 
 __all__ = [
@@ -320,6 +321,7 @@ def evaluation_spec(config: Mapping[str, Any], run: str, model: str, splits: str
         "delta_margin": float(config["cgrpo"]["options"]["delta_margin"]),
         "split_delta": bool(evaluation["split_delta"]),
         "backend": evaluation.get("backend", "hf"),
+        "verifier_timeout_s": config["cgrpo"]["options"].get("verifier_timeout_s", VERIFIER_TIMEOUT_S),
     }
     seed = name.seed if name.seed is not None else config["splits"]["seed"]
     return EvaluationSpec(run=run, model=model, splits=splits, task=task_spec(config), seed=seed, evaluation=settings)
