@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -104,6 +105,14 @@ def cluster_problem() -> str | None:
         return (f"SLURM partition {PARTITION!r} has no node up (sinfo node states: {states or 'none'}); "
                 "start a local cluster: bash scripts/slurm-local.sh start")
     return None
+
+
+def load_script(path: Path, name: str):
+    """The module of a script outside the package (benchmarks/*.py), imported from its file."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def require_cluster() -> None:

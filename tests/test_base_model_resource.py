@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +14,7 @@ import pytest
 import yaml
 
 from cgrpo.pipeline.bootstrap import SETTINGS_FILE, BootstrapSettings
+from conftest import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "resources" / "base_model" / "arithmetic"
@@ -39,10 +39,7 @@ def test_shipped_model_was_built_with_the_configured_recipe():
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("base_model_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "base_model_benchmark")
 
 
 def _eval_args() -> argparse.Namespace:

@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "generation_schedule.py"
 
 
 @pytest.fixture(scope="module")
 def schedule():
-    spec = importlib.util.spec_from_file_location("generation_schedule", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "generation_schedule")
 
 
 def _args(**overrides) -> argparse.Namespace:

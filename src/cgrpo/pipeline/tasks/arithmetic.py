@@ -15,7 +15,7 @@ from functools import partial
 from datasets import Dataset
 
 from .answers import format_answer
-from .base import Task
+from .base import Task, generated_pool
 
 NAMES = ("Ann", "Bob", "Eve", "Max", "Sam", "Tom", "Lia", "Ben", "Kim", "Joe", "Amy", "Dan")
 ITEMS = ("pens", "cups", "eggs", "cards", "books", "coins", "shells", "stamps", "beads", "rocks", "keys", "toys")
@@ -96,15 +96,6 @@ def generate_problems(
     return Dataset.from_dict({name: list(values) for name, values in zip(columns, zip(*rows), strict=True)})
 
 
-def _load_pool(split: str, **generator_options) -> Dataset:
-    if split != "train":
-        raise ValueError(
-            f"The arithmetic task generates one pool (split 'train'), not {split!r}; "
-            "carve calibration and eval sets from it with cgrpo.pipeline.splits."
-        )
-    return generate_problems(**generator_options)
-
-
 def arithmetic_task(
     *,
     num_examples: int = 2000,
@@ -116,7 +107,9 @@ def arithmetic_task(
 ) -> Task:
     """The GSM8K task with a loader that generates ``num_examples`` problems from ``seed``."""
     loader = partial(
-        _load_pool,
+        generated_pool,
+        generate=generate_problems,
+        what="arithmetic task",
         num_examples=num_examples,
         seed=seed,
         answer_format=answer_format,

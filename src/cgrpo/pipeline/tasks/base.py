@@ -20,6 +20,16 @@ _INSTRUCTIONS = {
 REQUIRED_COLUMNS = ("question", "answer")
 
 
+def generated_pool(split: str, generate: Callable[..., Dataset], what: str, **options) -> Dataset:
+    """``generate(**options)``, the one pool (split ``train``) of a generated task described as `what`."""
+    if split != "train":
+        raise ValueError(
+            f"The {what} has one pool (split 'train'), not {split!r}; carve calibration and eval sets from it with "
+            "cgrpo.pipeline.splits."
+        )
+    return generate(**options)
+
+
 @dataclass(frozen=True)
 class Task:
     """A math task: where its examples come from and how completions are prompted and scored.

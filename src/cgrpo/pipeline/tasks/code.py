@@ -40,7 +40,7 @@ from typing import Any
 from datasets import Dataset, load_dataset
 
 from ..sandbox import ISOLATION_MODES, Limits, RunResult, check_syntax, prepare_tests, run_tests_many
-from .base import Prompt, Task
+from .base import Prompt, Task, generated_pool
 from .files import DataSource, load_split_file
 from .rewards import completion_text
 
@@ -229,15 +229,6 @@ def load_code_hub(source: str = MBPP_HUB_ID, split: str = "train", config: str |
     if config is None and source == MBPP_HUB_ID:
         config = "full"
     return to_code_rows(load_dataset(source, config, split=split))
-
-
-def _load_generated(split: str, **options) -> Dataset:
-    if split != "train":
-        raise ValueError(
-            f"The generated code task has one pool (split 'train'), not {split!r}; carve calibration and eval sets "
-            "from it with cgrpo.pipeline.splits."
-        )
-    return generate_functions(**options)
 
 
 # ---------------------------------------------------------------------------------------------- programs and tests
@@ -517,7 +508,8 @@ def code_task(
         raise ValueError(f"prompt_tests must be at least 0, got {prompt_tests}.")
     data = None
     if source == GENERATED:
-        loader = partial(_load_generated, num_examples=num_examples, seed=seed, ops_weights=tuple(ops_weights),
+        loader = partial(generated_pool, generate=generate_functions, what="generated code task",
+                         num_examples=num_examples, seed=seed, ops_weights=tuple(ops_weights),
                          family_weights=tuple(family_weights))
     elif Path(source).suffix in _LOCAL_BUILDERS:
         loader = partial(load_code_file, source)
