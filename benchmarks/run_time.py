@@ -24,14 +24,8 @@ import torch
 import yaml
 
 from cgrpo.pipeline.runs import train_run
-from cgrpo.pipeline.specs import (
-    TrainSpec,
-    cgrpo_run_name,
-    format_grid,
-    grpo_run_name,
-    train_cgrpo_spec,
-    train_grpo_spec,
-)
+from cgrpo.pipeline.methods import cgrpo_run_name, grpo_run_name, train_spec
+from cgrpo.pipeline.specs import TrainSpec, format_grid
 
 FIELDS = ("train_wall_s", "generation_wall_s", "update_wall_s", "calibration_wall_s", "total_wall_s",
           "train_rollouts_generated", "train_tokens_generated", "steps_per_generation")
@@ -57,10 +51,10 @@ def run_spec(config: dict, args: argparse.Namespace, results: Path) -> TrainSpec
     model = str(results / "base_model") if record["bootstrap"] else record["path"]
     splits = str(results / "splits")
     if args.method == "grpo":
-        return train_grpo_spec(config, grpo_run_name(args.seed, max(grid)), model, splits)
+        return train_spec(config, grpo_run_name(args.seed, max(grid)), model, splits)
     run = cgrpo_run_name(args.seed, grid, config["cgrpo"]["deltas"][0], config["cgrpo"]["recalibrate_every"][0])
     calibration = str(results / "calibration" / format_grid(grid) / "thresholds.json")
-    spec = train_cgrpo_spec(config, run, model, splits, calibration)
+    spec = train_spec(config, run, model, splits, calibration)
     if args.min_generation_prompts is None:
         return spec
     return replace(spec, cgrpo={**spec.cgrpo, "min_generation_prompts": args.min_generation_prompts})

@@ -265,7 +265,7 @@ def run_rehearsal(tmp_path: Path, profile: str | Path | None = None) -> Rehearsa
 
 def expected_runs(config: dict, results: Path) -> set[str]:
     """Every training run the config asks for, the compute-matched ones as their `match_compute` records say."""
-    from cgrpo.pipeline.specs import cgrpo_run_name, grpo_run_name
+    from cgrpo.pipeline.methods import cgrpo_run_name, grpo_run_name
 
     cgrpo, seeds = config["cgrpo"], config["seeds"]
     runs = {cgrpo_run_name(seed, grid, delta, recal) for seed in seeds for grid in cgrpo["budget_grids"]

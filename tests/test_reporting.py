@@ -11,6 +11,7 @@ import pytest
 
 from cgrpo.pipeline import plots, reporting
 from cgrpo.pipeline.matching import match_group_size, nearest_admissible_g
+from cgrpo.pipeline.methods import setting_label
 from cgrpo.pipeline.statistics import mean_ci
 
 SEEDS = [0, 1, 2]
@@ -244,7 +245,7 @@ def test_paired_uses_only_shared_seeds_and_only_its_own_match(tables):
 def test_paired_compares_cgrpo_with_every_dapo_setting(tables):
     summary = tables["summary"]
     grpo32 = summary[summary["setting"] == "G=32"]
-    dapo = grpo32.assign(method="dapo", setting=reporting.setting_label({"method": "dapo", "num_generations": 32}),
+    dapo = grpo32.assign(method="dapo", setting=setting_label({"method": "dapo", "num_generations": 32}),
                          run=grpo32["run"].str.replace("grpo", "dapo"))
     paired = reporting.paired_table(pd.concat([summary, dapo], ignore_index=True)).set_index("baseline")
     row, grpo_row = paired.loc["DAPO G=32, dynamic sampling"], paired.loc["GRPO G=32"]
@@ -363,16 +364,16 @@ def test_write_table(tables, tmp_path):
 
 def test_setting_label_and_delta():
     assert reporting.format_delta("auto") == "auto" and reporting.format_delta(0.10) == "0.1"
-    assert reporting.setting_label({"method": "grpo", "num_generations": 4}) == "G=4"
-    assert reporting.setting_label({"method": "dapo", "num_generations": 32}) == "G=32, dynamic sampling"
+    assert setting_label({"method": "grpo", "num_generations": 4}) == "G=4"
+    assert setting_label({"method": "dapo", "num_generations": 32}) == "G=32, dynamic sampling"
     cgrpo = {"method": "cgrpo", "budget_grid": "2-4-8", "delta": "auto", "recalibrate_every": 50}
-    assert reporting.setting_label(cgrpo) == "grid 2-4-8, delta auto, recal 50"
+    assert setting_label(cgrpo) == "grid 2-4-8, delta auto, recal 50"
     # Runs recorded before the option existed have no drop_unanimous key.
-    assert reporting.setting_label({**cgrpo, "drop_unanimous": False}) == "grid 2-4-8, delta auto, recal 50"
-    dropping = reporting.setting_label({**cgrpo, "drop_unanimous": True})
+    assert setting_label({**cgrpo, "drop_unanimous": False}) == "grid 2-4-8, delta auto, recal 50"
+    dropping = setting_label({**cgrpo, "drop_unanimous": True})
     assert dropping == "grid 2-4-8, delta auto, recal 50, drop unanimous"
     with pytest.raises(ValueError, match="Unknown method"):
-        reporting.setting_label({"method": "ppo", "run": "x"})
+        setting_label({"method": "ppo", "run": "x"})
 
 
 # --------------------------------------------------------------------------- plots

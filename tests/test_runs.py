@@ -13,8 +13,8 @@ import yaml
 
 from cgrpo.calibration import Thresholds
 from cgrpo.dynamic_sampling import TOTALS_KEYS
-from cgrpo.pipeline import runs, specs
-from cgrpo.pipeline.reporting import setting_label
+from cgrpo.pipeline import methods, runs, trainers
+from cgrpo.pipeline.methods import setting_label
 from cgrpo.pipeline.runs import _run_record, reuse_compute_matched
 from cgrpo.pipeline.specs import TrainSpec
 from cgrpo.pipeline.splits import make_splits
@@ -65,12 +65,12 @@ def test_the_configs_dynamic_sampling_options_reach_the_trainers(tiny_model_dir,
     make_splits(get_task("arithmetic", num_examples=200).load(), splits,
                 sizes={"train": 32, "calibration": 32, "eval": 8}, seed=0)
 
-    spec = specs.train_cgrpo_spec(config, "cgrpo_s0_g2-4-8-16-32_dauto_r80", tiny_model_dir, str(splits), "unused")
-    cgrpo = runs._cgrpo_trainer(spec, tmp_path / "cgrpo", spec.delta, spec.recalibrate_every, initial=None)
+    spec = methods.train_spec(config, "cgrpo_s0_g2-4-8-16-32_dauto_r80", tiny_model_dir, str(splits), "unused")
+    cgrpo = trainers.cgrpo_trainer(spec, tmp_path / "cgrpo", initial=None)
     assert cgrpo.args.drop_unanimous and cgrpo.args.max_sampling_rounds == 2 == cgrpo._dynamic.max_rounds
 
-    spec = specs.train_dapo_spec(config, "dapo_s0_G8", tiny_model_dir, str(splits))
-    dapo = runs._dapo_trainer(spec, tmp_path / "dapo")
+    spec = methods.train_spec(config, "dapo_s0_G8", tiny_model_dir, str(splits))
+    dapo = trainers.dapo_trainer(spec, tmp_path / "dapo")
     assert (dapo.args.prompts_per_round, dapo.args.max_sampling_rounds) == (8, 3)
     assert (dapo._sampler.prompts_per_round, dapo._sampler.max_rounds) == (8, 3)
 

@@ -1,4 +1,4 @@
-"""Typed run specs: run names, spellings and the experiment's policy, built from the config in one place."""
+"""Typed run specs and the method registry: run names, spellings and the experiment's policy, built in one place."""
 
 from __future__ import annotations
 
@@ -7,21 +7,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cgrpo.pipeline.specs import (
-    EvaluationSpec,
+from cgrpo.pipeline.methods import (
+    METHODS,
     RunName,
-    TrainSpec,
-    calibration_spec,
     cgrpo_run_name,
     dapo_run_name,
     evaluation_spec,
-    format_delta,
     grpo_run_name,
-    parse_delta,
     parse_run_name,
-    train_cgrpo_spec,
-    train_grpo_spec,
+    run_pattern,
+    static_runs,
+    train_spec,
 )
+from cgrpo.pipeline.specs import EvaluationSpec, TrainSpec, calibration_spec, format_delta, parse_delta
 
 CONFIG = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())
 
@@ -52,12 +50,12 @@ def test_run_name_spelling():
 
 
 def test_training_specs_carry_the_policy():
-    cgrpo = train_cgrpo_spec(CONFIG, "cgrpo_s1_g2-4-8-16-32_d0.2_r80", "model", "splits", "cal.json")
+    cgrpo = train_spec(CONFIG, "cgrpo_s1_g2-4-8-16-32_d0.2_r80", "model", "splits", "cal.json")
     assert (cgrpo.seed, cgrpo.budget_grid, cgrpo.delta, cgrpo.recalibrate_every) == (1, [2, 4, 8, 16, 32], 0.2, 80)
     assert cgrpo.reference_budget == 32 and cgrpo.initial_calibration == "cal.json"
     assert cgrpo.cgrpo == CONFIG["cgrpo"]["options"]
     assert cgrpo.trainer == {**CONFIG["training"], **CONFIG["cgrpo"]["trainer"]}
-    grpo = train_grpo_spec(CONFIG, "grpo_s2_G16_matched", "model", "splits")
+    grpo = train_spec(CONFIG, "grpo_s2_G16_matched", "model", "splits")
     # Savings are measured against G = max(first grid), whatever the run's own G.
     assert (grpo.seed, grpo.num_generations, grpo.compute_matched, grpo.reference_budget) == (2, 16, True, 32)
     calibration = calibration_spec(CONFIG, "2-4-8-16-32", "model", "splits")
@@ -82,7 +80,7 @@ def test_evaluation_specs_sample_as_training_unless_told_otherwise():
 
 
 def test_specs_round_trip_through_plain_dicts_and_refuse_unknown_keys():
-    spec = train_grpo_spec(CONFIG, "grpo_s0_G32", "model", "splits")
+    spec = train_spec(CONFIG, "grpo_s0_G32", "model", "splits")
     assert TrainSpec.from_dict(spec.to_dict()) == spec
     evaluation = evaluation_spec(CONFIG, "base", "model", "splits")
     assert EvaluationSpec.from_dict(evaluation.to_dict()) == evaluation
@@ -93,12 +91,26 @@ def test_specs_round_trip_through_plain_dicts_and_refuse_unknown_keys():
 def test_the_wildcard_pattern_accepts_exactly_the_run_names():
     import re
 
-    from cgrpo.pipeline.specs import RUN_NAME_PATTERN
+    from cgrpo.pipeline.methods import RUN_NAME_PATTERN
 
     names = ["base", cgrpo_run_name(0, [2, 4], 0.1, 80), grpo_run_name(1, 8, matched=True), grpo_run_name(2, 32),
              dapo_run_name(3, 16)]
     assert all(re.fullmatch(RUN_NAME_PATTERN, name) for name in names)
     assert not any(re.fullmatch(RUN_NAME_PATTERN, name) for name in ["cgrpo_s0_g2-4", "grpo_s1_G8_other", "bases"])
+    # The two training rules split the names: the calibrated methods' runs, and the rest.
+    calibrated, rest = run_pattern(calibrated=True), run_pattern(calibrated=False)
+    assert [bool(re.fullmatch(calibrated, name)) for name in names[1:]] == [True, False, False, False]
+    assert [bool(re.fullmatch(rest, name)) for name in names[1:]] == [False, True, True, True]
+
+
+def test_the_registry_lists_every_configured_run_and_refuses_a_calibrated_run_without_its_calibration():
+    runs = static_runs(CONFIG)
+    seeds = len(CONFIG["seeds"])
+    expected = seeds * (len(CONFIG["grpo"]["num_generations"]) + len(CONFIG["dapo"]["num_generations"]) + 1)
+    assert len(runs) == len(set(runs)) == expected
+    assert {parse_run_name(run).method for run in runs} == set(METHODS)
+    with pytest.raises(ValueError, match="starts from an initial calibration"):
+        train_spec(CONFIG, "cgrpo_s1_g2-4-8-16-32_d0.2_r80", "model", "splits")
 
 
 def test_model_sources_are_checked_before_any_job_loads_them(tiny_model_dir, tmp_path, monkeypatch):

@@ -20,7 +20,8 @@ from cgrpo.pipeline import evaluation
 from cgrpo.pipeline.config_checks import check_config
 from cgrpo.pipeline.evaluation import purpose_seed
 from cgrpo.pipeline.sampling import generate_completions, generate_completions_vllm, sampling_options
-from cgrpo.pipeline.specs import evaluation_spec, method_trainer
+from cgrpo.pipeline.methods import evaluation_spec
+from cgrpo.pipeline.specs import method_trainer
 from cgrpo.pipeline.splits import make_splits
 from cgrpo.pipeline.tasks import get_task
 from cgrpo.pipeline.vllm_backend import CPU_KV_CACHE_GIB, load_llm, prepare_vllm_job, uses_vllm
@@ -145,7 +146,7 @@ def test_dry_run_with_the_override_plans_every_job(tmp_path):
     result = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(SMOKE), str(OVERRIDE))
     assert result.returncode == 0, result.stdout[-3000:]
     counts = job_counts(result.stdout)
-    assert counts["train_cgrpo"] == 1 and counts["train_dapo"] == 1 and counts["evaluate"] >= 5
+    assert counts["train_cgrpo"] == 1 and counts["train"] == 3 and counts["evaluate"] >= 5
 
 
 # ------------------------------------------------------------------------------------ with a real vLLM

@@ -66,10 +66,11 @@ def test_dry_run(tmp_path, config):
                       * len(settings["cgrpo"]["recalibrate_every"]))
     counts = job_counts(result.stdout)
     assert counts["train_cgrpo"] == seeds * cgrpo_settings
-    assert counts["train_grpo"] == seeds * len(settings["grpo"]["num_generations"])
+    # One rule trains the methods without a calibration: the fixed-G GRPO and the DAPO runs.
+    sizes = len(settings["grpo"]["num_generations"]) + len(settings.get("dapo", {}).get("num_generations", []))
+    assert counts["train"] == seeds * sizes
     # Before match_compute has run, only the base model and the static runs are known to be evaluated.
-    assert counts.get("train_dapo", 0) == seeds * len(settings.get("dapo", {}).get("num_generations", []))
-    assert counts["evaluate"] == 1 + counts["train_cgrpo"] + counts["train_grpo"] + counts.get("train_dapo", 0)
+    assert counts["evaluate"] == 1 + counts["train_cgrpo"] + counts["train"]
     matched = settings["grpo"]["compute_matched"]
     assert counts.get("match_compute", 0) == (cgrpo_settings if matched else 0)
     assert counts["calibrate"] == len(settings["cgrpo"]["budget_grids"])
@@ -105,8 +106,8 @@ def test_profiles():
     # Every rule that loads the policy (found in the rule files, so a new training rule cannot be missed) gets a GPU
     # on a real cluster and the small limits on the local one.
     gpu_rules = {match for path in (REPO / "workflow" / "rules").glob("*.smk")
-                 for match in re.findall(r"^rule (train_\w+|calibrate|evaluate):", path.read_text(), re.MULTILINE)}
-    assert {"train_cgrpo", "train_grpo", "train_dapo", "calibrate", "evaluate"} <= gpu_rules
+                 for match in re.findall(r"^rule (train\w*|calibrate|evaluate):", path.read_text(), re.MULTILINE)}
+    assert gpu_rules == {"train_cgrpo", "train", "calibrate", "evaluate"}
     local_slurm = load(REPO / "workflow" / "profiles" / "slurm-local" / "config.yaml")
     for rule in gpu_rules:
         assert slurm["set-resources"][rule]["gpu"] == 1, rule
@@ -158,7 +159,7 @@ def test_defaults_fill_a_minimal_config(tmp_path):
     assert result.returncode == 0, result.stdout
     counts = job_counts(result.stdout)
     # Schema defaults: seeds [0, 1, 2], one grid, delta auto, one recalibration interval, GRPO at G = 32 and 4.
-    assert counts["train_cgrpo"] == 3 and counts["train_grpo"] == 6
+    assert counts["train_cgrpo"] == 3 and counts["train"] == 6
     assert "results/minimal/runs/cgrpo_s0_g2-4-8-16-32_dauto_r50/run.json" in result.stdout
 
 
@@ -173,7 +174,7 @@ def test_without_compute_matching_there_is_no_checkpoint(tmp_path):
     assert "checkpoint jobs" not in result.stdout
 
 
-@pytest.mark.parametrize("size, rule", [(8, "reuse_grpo_run"), (4, "train_grpo")])
+@pytest.mark.parametrize("size, rule", [(8, "reuse_grpo_run"), (4, "train")])
 def test_matched_run_at_a_fixed_group_size_reuses_that_run(tmp_path, size, rule):
     # The smoke config trains fixed G = 8 and 2, so only a compute-matched G of 4 needs its own run.
     target = f"results/smoke/runs/grpo_s0_G{size}_matched/run.json"
@@ -181,7 +182,7 @@ def test_matched_run_at_a_fixed_group_size_reuses_that_run(tmp_path, size, rule)
     assert result.returncode == 0, result.stdout
     counts = job_counts(result.stdout)
     assert counts[rule] == 1
-    assert counts.get("train_grpo", 0) == 1
+    assert counts.get("train", 0) == 1
 
 
 # --------------------------------------------------------------------------- end to end

@@ -5,7 +5,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from cgrpo.pipeline import specs
+from cgrpo.pipeline import methods, specs
 from cgrpo.pipeline.config_checks import ConfigError, check_config
 from cgrpo.pipeline.specs import format_delta, format_grid
 
@@ -26,14 +26,10 @@ except ConfigError as error:
 
 wildcard_constraints:
     exp=re.escape(config["experiment"]),
-    seed=r"\d+",
     grid=r"\d+(?:-\d+)*",
     delta=r"auto|[0-9.]+(?:e-?[0-9]+)?",
     recal=r"\d+",
-    G=r"\d+",
-    # Empty for a fixed-G baseline, "_matched" for the compute-matched one.
-    matched=r"(?:_matched)?",
-    run=specs.RUN_NAME_PATTERN,
+    run=methods.RUN_NAME_PATTERN,
 
 
 def cgrpo_settings():
@@ -46,32 +42,15 @@ def cgrpo_settings():
     ]
 
 
-def cgrpo_runs(setting=None):
-    """Names of the C-GRPO runs of one setting (wildcards or dict), or of all settings."""
-    settings = [setting] if setting is not None else cgrpo_settings()
+def cgrpo_runs(setting):
+    """Names of the C-GRPO runs of one setting (wildcards or dict)."""
     return [
-        specs.cgrpo_run_name(
-            seed, specs.parse_grid(s["grid"]), specs.parse_delta(s["delta"]), s["recal"]
+        methods.cgrpo_run_name(
+            seed,
+            specs.parse_grid(setting["grid"]),
+            specs.parse_delta(setting["delta"]),
+            setting["recal"],
         )
-        for s in settings
-        for seed in config["seeds"]
-    ]
-
-
-def grpo_runs(group_sizes, matched=False):
-    """Names of the fixed-G GRPO runs at each group size, for every seed."""
-    return [
-        specs.grpo_run_name(seed, size, matched)
-        for size in group_sizes
-        for seed in config["seeds"]
-    ]
-
-
-def dapo_runs():
-    """Names of the DAPO (dynamic sampling) runs at each configured group size, for every seed."""
-    return [
-        specs.dapo_run_name(seed, size)
-        for size in config["dapo"]["num_generations"]
         for seed in config["seeds"]
     ]
 
@@ -83,8 +62,8 @@ def fixed_group_sizes_pattern():
 
 
 def static_runs():
-    """Training runs known before any training: C-GRPO, the configured fixed-G GRPO and DAPO."""
-    return cgrpo_runs() + grpo_runs(config["grpo"]["num_generations"]) + dapo_runs()
+    """Training runs known before any training: every method's runs, by the registry."""
+    return methods.static_runs(config)
 
 
 def matched_setting_files(wildcards):
@@ -107,7 +86,11 @@ def matched_runs(wildcards):
             exp=wildcards.exp, **setting
         ).output.matched
         sizes.add(json.loads(Path(matched).read_text())["num_generations"])
-    return grpo_runs(sorted(sizes), matched=True)
+    return [
+        methods.grpo_run_name(seed, size, matched=True)
+        for size in sorted(sizes)
+        for seed in config["seeds"]
+    ]
 
 
 def run_files(filename, matched=False):
@@ -198,33 +181,23 @@ def calibrate_spec(wildcards, input):
     return specs.calibration_spec(config, wildcards.grid, model, splits).to_dict()
 
 
-def train_cgrpo_spec(wildcards, input, output):
-    """Spec of cgrpo.pipeline.runs.train_run for one C-GRPO run."""
+def initial_calibration(wildcards):
+    """The initial calibration a run starts from: its grid's, for a method that has one."""
+    name = methods.parse_run_name(wildcards.run)
+    return f"results/{wildcards.exp}/calibration/{format_grid(name.budget_grid)}/thresholds.json"
+
+
+def train_spec(wildcards, input):
+    """Spec of cgrpo.pipeline.runs.train_run for the run in the wildcards."""
     model = base_model_location(input.base_model)
     splits = str(Path(input.splits).parent)
-    run = Path(output.run).parent.name
-    return specs.train_cgrpo_spec(config, run, model, splits, input.calibration).to_dict()
-
-
-def train_grpo_spec(wildcards, input, output):
-    """Spec of cgrpo.pipeline.runs.train_run for one fixed-G GRPO run."""
-    model = base_model_location(input.base_model)
-    splits = str(Path(input.splits).parent)
-    run = Path(output.run).parent.name
-    return specs.train_grpo_spec(config, run, model, splits).to_dict()
-
-
-def train_dapo_spec(wildcards, input, output):
-    """Spec of cgrpo.pipeline.runs.train_run for one DAPO run."""
-    model = base_model_location(input.base_model)
-    splits = str(Path(input.splits).parent)
-    run = Path(output.run).parent.name
-    return specs.train_dapo_spec(config, run, model, splits).to_dict()
+    calibration = input.get("calibration")
+    return methods.train_spec(config, wildcards.run, model, splits, calibration).to_dict()
 
 
 def grpo_batch_size(wildcards):
     """Rows per GRPO batch; a compute-matched group size must divide it."""
-    return specs.method_trainer(config, "grpo")["per_device_train_batch_size"]
+    return specs.method_trainer(config, methods.METHODS["grpo"].section)["per_device_train_batch_size"]
 
 
 def evaluation_inputs(wildcards):
@@ -242,4 +215,4 @@ def evaluate_spec(wildcards, input):
     run = wildcards.run
     model = base_model_location(input.model) if run == "base" else input.model
     splits = str(Path(input.splits).parent)
-    return specs.evaluation_spec(config, run, model, splits).to_dict()
+    return methods.evaluation_spec(config, run, model, splits).to_dict()

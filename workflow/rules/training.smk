@@ -2,17 +2,17 @@ rule train_cgrpo:
     input:
         base_model=base_model_record,
         splits="results/{exp}/splits/manifest.json",
-        calibration="results/{exp}/calibration/{grid}/thresholds.json",
+        calibration=initial_calibration,
     output:
-        run="results/{exp}/runs/cgrpo_s{seed}_g{grid}_d{delta}_r{recal}/run.json",
-        steps="results/{exp}/runs/cgrpo_s{seed}_g{grid}_d{delta}_r{recal}/steps.csv",
-        model=directory(
-            "results/{exp}/runs/cgrpo_s{seed}_g{grid}_d{delta}_r{recal}/model"
-        ),
+        run="results/{exp}/runs/{run}/run.json",
+        steps="results/{exp}/runs/{run}/steps.csv",
+        model=directory("results/{exp}/runs/{run}/model"),
+    wildcard_constraints:
+        run=methods.run_pattern(calibrated=True),
     log:
-        "results/{exp}/logs/train/cgrpo_s{seed}_g{grid}_d{delta}_r{recal}.log",
+        "results/{exp}/logs/train/{run}.log",
     benchmark:
-        "results/{exp}/benchmarks/train/cgrpo_s{seed}_g{grid}_d{delta}_r{recal}.tsv"
+        "results/{exp}/benchmarks/train/{run}.tsv"
     # C-GRPO runs gate the compute-matched baselines, so their chain goes first.
     priority: 2
     conda:
@@ -22,23 +22,26 @@ rule train_cgrpo:
         mem_mb=8000,
         runtime=480,
     params:
-        spec=train_cgrpo_spec,
+        spec=train_spec,
     script:
         "../scripts/train.py"
 
 
-rule train_grpo:
+# Every method without an initial calibration (cgrpo.pipeline.methods): GRPO, DAPO, ...
+rule train:
     input:
         base_model=base_model_record,
         splits="results/{exp}/splits/manifest.json",
     output:
-        run="results/{exp}/runs/grpo_s{seed}_G{G}{matched}/run.json",
-        steps="results/{exp}/runs/grpo_s{seed}_G{G}{matched}/steps.csv",
-        model=directory("results/{exp}/runs/grpo_s{seed}_G{G}{matched}/model"),
+        run="results/{exp}/runs/{run}/run.json",
+        steps="results/{exp}/runs/{run}/steps.csv",
+        model=directory("results/{exp}/runs/{run}/model"),
+    wildcard_constraints:
+        run=methods.run_pattern(calibrated=False),
     log:
-        "results/{exp}/logs/train/grpo_s{seed}_G{G}{matched}.log",
+        "results/{exp}/logs/train/{run}.log",
     benchmark:
-        "results/{exp}/benchmarks/train/grpo_s{seed}_G{G}{matched}.tsv"
+        "results/{exp}/benchmarks/train/{run}.tsv"
     # Training before evaluation keeps the cores busy with what later jobs wait for.
     priority: 1
     conda:
@@ -48,32 +51,7 @@ rule train_grpo:
         mem_mb=8000,
         runtime=480,
     params:
-        spec=train_grpo_spec,
-    script:
-        "../scripts/train.py"
-
-
-rule train_dapo:
-    input:
-        base_model=base_model_record,
-        splits="results/{exp}/splits/manifest.json",
-    output:
-        run="results/{exp}/runs/dapo_s{seed}_G{G}/run.json",
-        steps="results/{exp}/runs/dapo_s{seed}_G{G}/steps.csv",
-        model=directory("results/{exp}/runs/dapo_s{seed}_G{G}/model"),
-    log:
-        "results/{exp}/logs/train/dapo_s{seed}_G{G}.log",
-    benchmark:
-        "results/{exp}/benchmarks/train/dapo_s{seed}_G{G}.tsv"
-    priority: 1
-    conda:
-        "../envs/cgrpo.yaml"
-    threads: 1
-    resources:
-        mem_mb=8000,
-        runtime=480,
-    params:
-        spec=train_dapo_spec,
+        spec=train_spec,
     script:
         "../scripts/train.py"
 
@@ -113,6 +91,7 @@ rule reuse_grpo_run:
         steps="results/{exp}/runs/grpo_s{seed}_G{G}_matched/steps.csv",
         model=directory("results/{exp}/runs/grpo_s{seed}_G{G}_matched/model"),
     wildcard_constraints:
+        seed=r"\d+",
         G=fixed_group_sizes_pattern(),
     log:
         "results/{exp}/logs/train/grpo_s{seed}_G{G}_matched.log",
@@ -126,4 +105,4 @@ rule reuse_grpo_run:
         "../scripts/reuse_run.py"
 
 
-ruleorder: reuse_grpo_run > train_grpo
+ruleorder: reuse_grpo_run > train

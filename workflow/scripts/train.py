@@ -1,4 +1,4 @@
-"""Train one C-GRPO or fixed-group GRPO run (rules train_cgrpo and train_grpo)."""
+"""Train one run of any method (rules train_cgrpo and train)."""
 
 from pathlib import Path
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..calibration import training_grid
 from ..conformal import smallest_supported_delta
+from .methods import METHODS
 from .specs import check_model_source, method_trainer
 from .tasks import check_task_score, get_task
 from .config_options import BOOTSTRAP_SETTINGS, GRPO_CONFIG, LORA_CONFIG, check_options
@@ -127,7 +128,7 @@ def check_trainer_sections(config: Mapping[str, Any]) -> None:
     the grids."""
     # The shared section, then each method's overrides of it.
     sections = {"training": config["training"],
-                **{f"{method}.trainer": config[method]["trainer"] for method in ("cgrpo", "grpo", "dapo")}}
+                **{f"{method.section}.trainer": config[method.section]["trainer"] for method in METHODS.values()}}
     for key, section in sections.items():
         if "num_generations" in section:
             # Group sizes come from cgrpo.budget_grids, grpo.num_generations and dapo.num_generations, one per run.
@@ -151,17 +152,15 @@ def _generation_batch_size(trainer: Mapping[str, Any]) -> int:
 
 def check_batch_sizes(config: Mapping[str, Any]) -> None:
     """Reject a generation batch that cannot hold whole groups of a method's group size (C-GRPO's largest budget)."""
-    sizes = [("cgrpo", "cgrpo.budget_grids", max(grid)) for grid in config["cgrpo"]["budget_grids"]]
-    sizes += [(method, f"{method}.num_generations", size) for method in ("grpo", "dapo")
-              for size in config[method]["num_generations"]]
+    sizes = [(method, key, size) for method in METHODS.values() for key, size in method.group_sizes(config)]
     for method, key, size in sizes:
-        trainer = method_trainer(config, method)
-        if method == "cgrpo" and not (trainer.get("steps_per_generation") or trainer.get("generation_batch_size")):
+        trainer = method_trainer(config, method.section)
+        if method.calibrated and not (trainer.get("steps_per_generation") or trainer.get("generation_batch_size")):
             continue  # CGRPOConfig then picks steps_per_generation so that the batch holds whole groups.
         batch = _generation_batch_size(trainer)
         if batch % size:
             raise ConfigError(
-                f"config key {key} has group size {size}, but {method}'s generation batch of {batch} rows "
+                f"config key {key} has group size {size}, but {method.name}'s generation batch of {batch} rows "
                 f"(per_device_train_batch_size x steps_per_generation, from training and {method}.trainer) does not "
                 f"hold whole groups of {size}: make the batch a multiple of {size}."
             )

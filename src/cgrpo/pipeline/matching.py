@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from .checks import is_integer
-from .reporting import load_json, setting_label
+from .methods import setting_label
+from .reporting import load_json
 
 __all__ = ["match_group_size", "nearest_admissible_g"]
 

@@ -17,17 +17,17 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 from matplotlib import ticker  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .reporting import CI_HIGH, CI_LOW, METHOD_NAMES  # noqa: E402
+from .methods import METHODS, method_label  # noqa: E402
+from .reporting import CI_HIGH, CI_LOW  # noqa: E402
 
 __all__ = ["plot_all", "plot_coverage", "plot_delta_sweep", "plot_pareto", "plot_thresholds", "plot_training_curves"]
 
-_MARKERS = {"cgrpo": "o", "grpo": "s", "dapo": "^"}
 DPI = 120
 
 
 def _labels(table: pd.DataFrame) -> pd.Series:
     """Legend label of each row: method and setting ("C-GRPO grid 2-4-8, ...", "GRPO G=32", "base model")."""
-    names = table["method"].map(METHOD_NAMES).fillna(table["method"]) + " " + table["setting"].astype(str)
+    names = table["method"].map(method_label) + " " + table["setting"].astype(str)
     return names.where(table["method"] != "base", "base model")
 
 
@@ -76,7 +76,7 @@ def plot_pareto(summary: pd.DataFrame, path: str | Path) -> None:
               ("total_wall_s", "wall clock per run, training + calibration (s)")]
     for ax, (column, xlabel) in zip(axes, panels):
         for label, group in trained.groupby("label", sort=True):
-            marker = _MARKERS[group["method"].iloc[0]]
+            marker = METHODS[group["method"].iloc[0]].marker
             ax.scatter(group[column], group["eval_greedy_acc"], color=colors[label], alpha=0.45, s=25, marker=marker)
             ax.scatter(group[column].mean(), group["eval_greedy_acc"].mean(), color=colors[label], s=160,
                        marker=marker, edgecolor="black", linewidth=1.2, label=label, zorder=3)

@@ -26,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 
+from .methods import method_label, method_order, setting_label
 from .specs import format_delta, parse_grid
 from .statistics import mean_ci, paired_difference_ci
 
@@ -43,7 +44,6 @@ __all__ = [
     "load_json",
     "markdown",
     "paired_table",
-    "setting_label",
     "steps_table",
     "summary_table",
     "write_table",
@@ -96,35 +96,6 @@ _RUN_FIELDS = [
     "train_wall_s", "generation_wall_s", "update_wall_s", "calibration_wall_s", "total_wall_s",
     "reference_budget", "steps_per_generation",
 ]
-_METHOD_ORDER = {"base": 0, "cgrpo": 1, "grpo": 2, "dapo": 3}
-METHOD_NAMES = {"cgrpo": "C-GRPO", "grpo": "GRPO", "dapo": "DAPO", "base": "base"}
-
-
-# --------------------------------------------------------------------------- labels
-
-
-def setting_label(record: Mapping[str, Any]) -> str:
-    """The setting a run belongs to, shared by all its seeds.
-
-    C-GRPO: ``"grid 2-4-8-16-32, delta auto, recal 10"``, with ``", drop unanimous"`` for a run with
-    `drop_unanimous`; GRPO: ``"G=32"``, or ``"G=6 (compute-matched)"`` for a compute-matched baseline; DAPO:
-    ``"G=32, dynamic sampling"``; the base model: ``"base model"``.
-    """
-    method = record["method"]
-    if method == "base":
-        return "base model"
-    if method == "cgrpo":
-        drop = ", drop unanimous" if record.get("drop_unanimous") else ""
-        return (
-            f"grid {record['budget_grid']}, delta {format_delta(record['delta'])}, "
-            f"recal {record['recalibrate_every']}{drop}"
-        )
-    if method == "grpo":
-        matched = " (compute-matched)" if record.get("compute_matched") else ""
-        return f"G={record['num_generations']}{matched}"
-    if method == "dapo":
-        return f"G={record['num_generations']}, dynamic sampling"
-    raise ValueError(f"Unknown method {method!r} in run {record.get('run')!r}; expected 'cgrpo', 'grpo' or 'dapo'.")
 
 
 # --------------------------------------------------------------------------- loading
@@ -193,7 +164,7 @@ def summary_table(runs: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str
     table.insert(table.columns.get_loc("train_rollout_savings_with_calibration") + 1, "time_savings",
                  _time_savings(table))
     table["seed"] = table["seed"].astype("Int64")
-    order = table["method"].map(_METHOD_ORDER)
+    order = table["method"].map(method_order)
     return (
         table.assign(_order=order)
         .sort_values(["_order", "setting", "seed"], kind="stable")
@@ -294,7 +265,7 @@ def paired_table(
             if seeds.empty:
                 continue
             row: dict[str, Any] = {
-                "C-GRPO setting": setting, "baseline": f"{METHOD_NAMES[method]} {baseline}",
+                "C-GRPO setting": setting, "baseline": f"{method_label(method)} {baseline}",
                 "paired seeds": len(seeds)
             }
             for column, name in metrics.items():

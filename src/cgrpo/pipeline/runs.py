@@ -14,17 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
-from trl import GRPOConfig
 
 from ..calibration import fit_thresholds
-from ..config import CGRPOConfig
 from ..costs import rollout_savings, rollout_savings_with_calibration, rollouts_per_prompt
 from .checkpoints import ResumableTotals, align_save_steps, resume_point
+from . import trainers
+from .methods import METHODS
 from .specs import CalibrationSpec, TrainSpec, format_grid
-from .splits import load_split
-from .tasks import get_task
-from .timing import TimedGRPOTrainer, generation_seconds
+from .timing import generation_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +38,7 @@ def calibrate_initial(spec: CalibrationSpec | dict[str, Any], out_dir: str | Pat
     spec = CalibrationSpec.from_dict(spec)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    trainer = _cgrpo_trainer(spec, out_dir / "trainer", delta="auto", recalibrate_every=0, initial=None)
+    trainer = trainers.calibration_trainer(spec, out_dir / "trainer")
     trainer.model.train()
     # Timed like a calibration inside training: loading the model is this rule's overhead, not calibration cost.
     start = time.perf_counter()
@@ -64,20 +61,16 @@ def calibrate_initial(spec: CalibrationSpec | dict[str, Any], out_dir: str | Pat
 
 
 def train_run(spec: TrainSpec | dict[str, Any], out_dir: str | Path) -> None:
-    """Train one run (`spec.method` is "cgrpo", "grpo" or "dapo") and write `model/`, `steps.csv` and `run.json`."""
+    """Train one run (`spec.method` names one of `cgrpo.pipeline.methods.METHODS`) and write `model/`, `steps.csv` and `run.json`."""
     spec = TrainSpec.from_dict(spec)
     out_dir = Path(out_dir)
-    method = spec.method
-    if method not in _TRAINERS:
-        raise ValueError(f"method must be one of {sorted(_TRAINERS)}, got {method!r}.")
-    initial = _initial_calibration(spec) if method == "cgrpo" else None
+    if spec.method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {spec.method!r}.")
+    method = METHODS[spec.method]
+    initial = _initial_calibration(spec) if method.calibrated else None
     checkpoints = out_dir / "checkpoints"
     resume = resume_point(checkpoints, spec)
-    trainer = (
-        _cgrpo_trainer(spec, checkpoints, spec.delta, spec.recalibrate_every, initial)
-        if method == "cgrpo"
-        else _TRAINERS[method](spec, checkpoints)
-    )
+    trainer = getattr(trainers, method.trainer)(spec, checkpoints, initial)
     align_save_steps(trainer.args)
     totals = ResumableTotals(trainer, resume)
     trainer.add_callback(totals)
@@ -111,84 +104,7 @@ def reuse_compute_matched(source_dir: str | Path, out_dir: str | Path) -> None:
     logger.info("Run %s reuses %s: same group size, same deterministic training.", out_dir.name, source_dir.name)
 
 
-# ---------------------------------------------------------------------- trainers
-Spec = CalibrationSpec | TrainSpec
-
-
-def _task(spec: Spec):
-    return get_task(spec.task["name"], **spec.task["options"])
-
-
-def _datasets(spec: Spec, task) -> tuple:
-    train = task.to_prompt_dataset(load_split(spec.splits, "train"))
-    calibration = task.to_prompt_dataset(load_split(spec.splits, "calibration"))
-    return train, calibration
-
-
-def _trainer_options(spec: Spec, output_dir: Path) -> dict[str, Any]:
-    # Checkpoints let a killed training job resume; two are kept so that one is complete whenever a job is killed.
-    options = {"report_to": [], "save_strategy": "steps", "save_total_limit": 2, "logging_steps": 1, "seed": spec.seed,
-               "data_seed": spec.seed}
-    options.update(spec.trainer)
-    options["output_dir"] = str(output_dir)
-    return options
-
-
-def _peft_config(spec: Spec):
-    if not spec.peft:
-        return None
-    from peft import LoraConfig
-
-    return LoraConfig(task_type="CAUSAL_LM", **spec.peft)
-
-
-def _cgrpo_trainer(spec: Spec, output_dir: Path, delta, recalibrate_every: int, initial: dict[str, Any] | None):
-    """A C-GRPO trainer; `initial` is the record of `_initial_calibration` when the thresholds are fitted already."""
-    from ..trainer import CGRPOTrainer
-
-    torch.manual_seed(spec.seed)
-    task = _task(spec)
-    train, calibration = _datasets(spec, task)
-    args = CGRPOConfig(
-        budget_grid=list(spec.budget_grid),
-        conformal_delta=None if delta == "auto" else float(delta),
-        recalibrate_every=int(recalibrate_every),
-        **spec.cgrpo,
-        **_trainer_options(spec, output_dir),
-    )
-    return CGRPOTrainer(
-        model=spec.model, reward_funcs=task.reward_funcs, args=args, train_dataset=train,
-        calibration_dataset=calibration, answer_extractor=task.extract, verifier=task.verifier,
-        initial_thresholds=initial and initial["thresholds"],
-        initial_calibration_rollouts=initial["rollouts"] if initial else 0, peft_config=_peft_config(spec),
-    )
-
-
-def _grpo_trainer(spec: TrainSpec, output_dir: Path) -> TimedGRPOTrainer:
-    torch.manual_seed(spec.seed)
-    task = _task(spec)
-    train, _ = _datasets(spec, task)
-    args = GRPOConfig(num_generations=int(spec.num_generations), **_trainer_options(spec, output_dir))
-    return TimedGRPOTrainer(model=spec.model, reward_funcs=task.reward_funcs, args=args, train_dataset=train,
-                            peft_config=_peft_config(spec))
-
-
-def _dapo_trainer(spec: TrainSpec, output_dir: Path):
-    from ..dynamic_sampling import DynamicSamplingConfig, DynamicSamplingGRPOTrainer
-
-    torch.manual_seed(spec.seed)
-    task = _task(spec)
-    train, _ = _datasets(spec, task)
-    args = DynamicSamplingConfig(num_generations=int(spec.num_generations), **spec.dynamic,
-                                 **_trainer_options(spec, output_dir))
-    return DynamicSamplingGRPOTrainer(model=spec.model, reward_funcs=task.reward_funcs, args=args, train_dataset=train,
-                                      peft_config=_peft_config(spec))
-
-
-# Trainer builders by method; C-GRPO's also takes its initial calibration, so `train_run` calls it apart.
-_TRAINERS = {"cgrpo": _cgrpo_trainer, "grpo": _grpo_trainer, "dapo": _dapo_trainer}
-
-
+# ---------------------------------------------------------------------- initial calibration
 def _initial_calibration(spec: TrainSpec) -> dict[str, Any]:
     """Thresholds for this run's delta, refitted from the initial policy's calibration scores."""
     record = json.loads(Path(spec.initial_calibration).read_text())

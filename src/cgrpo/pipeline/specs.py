@@ -2,7 +2,8 @@
 
 The Snakemake rules (`workflow/rules/common.smk`) call the builders here with their wildcards and inputs and hand the
 result, as a plain dict (`to_dict`), to the step's script; the step's library function reads it back (`from_dict`).
-Run names, and the spelling of grids and deltas in them, are built and parsed here and nowhere else.
+The specs of training and evaluation runs, which depend on the method a run name names, are built by
+`cgrpo.pipeline.methods` from the pieces here.
 
 The policy: every run is evaluated on the first budget grid (so that eval metrics compare across runs), savings are
 measured against GRPO at G = max(first grid), the initial calibration of a grid uses the split seed (one calibration
@@ -11,10 +12,9 @@ serves every training seed), and a method's trainer options are `training` updat
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from ..user_code import VERIFIER_TIMEOUT_S
@@ -23,25 +23,17 @@ from .tasks.files import hub_offline
 __all__ = [
     "CalibrationSpec",
     "EvaluationSpec",
-    "RUN_NAME_PATTERN",
-    "RunName",
     "TrainSpec",
     "calibration_spec",
     "check_model_source",
-    "cgrpo_run_name",
-    "dapo_run_name",
-    "evaluation_spec",
+    "evaluation_grid",
+    "evaluation_settings",
     "format_delta",
     "format_grid",
-    "grpo_run_name",
     "method_trainer",
     "parse_delta",
     "parse_grid",
-    "parse_run_name",
     "task_spec",
-    "train_cgrpo_spec",
-    "train_dapo_spec",
-    "train_grpo_spec",
 ]
 
 
@@ -66,62 +58,6 @@ def format_delta(delta: Any) -> str:
 def parse_delta(text: str) -> str | float:
     """Inverse of :func:`format_delta`: ``"auto"`` or a float."""
     return "auto" if text == "auto" else float(text)
-
-
-def cgrpo_run_name(seed: int, grid: Sequence[int], delta: Any, recalibrate_every: int) -> str:
-    """``cgrpo_s<seed>_g<grid>_d<delta>_r<recalibrate_every>``."""
-    return f"cgrpo_s{int(seed)}_g{format_grid(grid)}_d{format_delta(delta)}_r{int(recalibrate_every)}"
-
-
-def grpo_run_name(seed: int, group_size: int, matched: bool = False) -> str:
-    """``grpo_s<seed>_G<group_size>``, with ``_matched`` for a compute-matched baseline."""
-    return f"grpo_s{int(seed)}_G{int(group_size)}" + ("_matched" if matched else "")
-
-
-def dapo_run_name(seed: int, group_size: int) -> str:
-    """``dapo_s<seed>_G<group_size>``: GRPO with DAPO's dynamic sampling."""
-    return f"dapo_s{int(seed)}_G{int(group_size)}"
-
-
-_RUN_NAME = re.compile(
-    r"(?P<base>base)"
-    r"|cgrpo_s(?P<cgrpo_seed>\d+)_g(?P<grid>\d+(?:-\d+)*)_d(?P<delta>auto|[0-9.]+(?:e-?[0-9]+)?)_r(?P<recal>\d+)"
-    r"|grpo_s(?P<grpo_seed>\d+)_G(?P<group_size>\d+)(?P<matched>_matched)?"
-    r"|dapo_s(?P<dapo_seed>\d+)_G(?P<dapo_size>\d+)"
-)
-
-
-# The same grammar without group names, for Snakemake's `run` wildcard constraint.
-RUN_NAME_PATTERN = re.sub(r"\(\?P<\w+>", "(?:", _RUN_NAME.pattern)
-
-
-@dataclass(frozen=True)
-class RunName:
-    """What a run name says: the method (``"base"``, ``"cgrpo"``, ``"grpo"`` or ``"dapo"``) and its settings."""
-
-    method: str
-    seed: int | None = None
-    budget_grid: tuple[int, ...] | None = None
-    delta: str | float | None = None
-    recalibrate_every: int | None = None
-    num_generations: int | None = None
-    compute_matched: bool = False
-
-
-def parse_run_name(name: str) -> RunName:
-    """Inverse of :func:`cgrpo_run_name`, :func:`grpo_run_name` and :func:`dapo_run_name` (and ``"base"``)."""
-    match = _RUN_NAME.fullmatch(name)
-    if match is None:
-        raise ValueError(f"{name!r} is not a run name; expect base, cgrpo_s0_g2-4-8_dauto_r50, grpo_s0_G8 or dapo_s0_G8.")
-    if match["base"]:
-        return RunName("base")
-    if match["cgrpo_seed"] is not None:
-        return RunName("cgrpo", int(match["cgrpo_seed"]), tuple(parse_grid(match["grid"])),
-                       parse_delta(match["delta"]), int(match["recal"]))
-    if match["dapo_seed"] is not None:
-        return RunName("dapo", int(match["dapo_seed"]), num_generations=int(match["dapo_size"]))
-    return RunName("grpo", int(match["grpo_seed"]), num_generations=int(match["group_size"]),
-                   compute_matched=match["matched"] is not None)
 
 
 # --------------------------------------------------------------------------- model sources
@@ -200,7 +136,7 @@ class CalibrationSpec(_StepSpec):
 
 @dataclass(frozen=True)
 class TrainSpec(_StepSpec):
-    """One training run (rules train_cgrpo, train_grpo and train_dapo, `cgrpo.pipeline.runs.train_run`).
+    """One training run (rules train_cgrpo and train, `cgrpo.pipeline.runs.train_run`).
 
     C-GRPO runs set `budget_grid`, `delta`, `recalibrate_every`, `cgrpo` (the `CGRPOConfig` options of
     `cgrpo.options`, dynamic sampling's `drop_unanimous` and `max_sampling_rounds` among them) and
@@ -239,11 +175,11 @@ class EvaluationSpec(_StepSpec):
 # --------------------------------------------------------------------------- builders from the config
 
 
-def method_trainer(config: Mapping[str, Any], method: str) -> dict[str, Any]:
-    """`GRPOConfig` options of a method: `training` updated with `<method>.trainer` (`training` alone for the base)."""
-    if method not in ("cgrpo", "grpo", "dapo"):
+def method_trainer(config: Mapping[str, Any], section: str | None) -> dict[str, Any]:
+    """`GRPOConfig` options of a method: `training` updated with `<section>.trainer` (`training` alone for None)."""
+    if section is None:
         return dict(config["training"])
-    return {**config["training"], **config[method]["trainer"]}
+    return {**config["training"], **config[section]["trainer"]}
 
 
 def task_spec(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -251,8 +187,8 @@ def task_spec(config: Mapping[str, Any]) -> dict[str, Any]:
     return {"name": config["task"]["name"], "options": dict(config["task"]["options"])}
 
 
-def _evaluation_grid(config: Mapping[str, Any]) -> list[int]:
-    # Every run is scored on the same grid, so that its eval metrics compare across runs.
+def evaluation_grid(config: Mapping[str, Any]) -> list[int]:
+    """The grid every run is scored on (the first), so that eval metrics compare across runs."""
     return list(config["cgrpo"]["budget_grids"][0])
 
 
@@ -264,64 +200,25 @@ def calibration_spec(config: Mapping[str, Any], grid: str, model: str, splits: s
     )
 
 
-def train_cgrpo_spec(config: Mapping[str, Any], run: str, model: str, splits: str, calibration: str) -> TrainSpec:
-    """The C-GRPO run named `run`, starting from the initial calibration in `calibration`."""
-    name = parse_run_name(run)
-    return TrainSpec(
-        run=run, method="cgrpo", model=model, splits=splits, task=task_spec(config), seed=name.seed,
-        trainer=method_trainer(config, "cgrpo"), peft=config["peft"], reference_budget=max(name.budget_grid),
-        budget_grid=list(name.budget_grid), delta=name.delta, recalibrate_every=name.recalibrate_every,
-        cgrpo=dict(config["cgrpo"]["options"]), initial_calibration=calibration,
-    )
+def evaluation_settings(config: Mapping[str, Any], trainer: Mapping[str, Any]) -> dict[str, Any]:
+    """Resolved evaluation settings of a model trained with `trainer` options.
 
-
-def train_grpo_spec(config: Mapping[str, Any], run: str, model: str, splits: str) -> TrainSpec:
-    """The fixed-group GRPO run named `run`; its savings are measured against G = max(first grid)."""
-    name = parse_run_name(run)
-    return TrainSpec(
-        run=run, method="grpo", model=model, splits=splits, task=task_spec(config), seed=name.seed,
-        trainer=method_trainer(config, "grpo"), peft=config["peft"],
-        reference_budget=max(_evaluation_grid(config)), num_generations=name.num_generations,
-        compute_matched=name.compute_matched,
-    )
-
-
-def train_dapo_spec(config: Mapping[str, Any], run: str, model: str, splits: str) -> TrainSpec:
-    """The DAPO run named `run`: GRPO at its G with dynamic sampling; savings are measured against G = max(first grid)."""
-    name = parse_run_name(run)
-    dapo = config["dapo"]
-    return TrainSpec(
-        run=run, method="dapo", model=model, splits=splits, task=task_spec(config), seed=name.seed,
-        trainer=method_trainer(config, "dapo"), peft=config["peft"],
-        reference_budget=max(_evaluation_grid(config)), num_generations=name.num_generations,
-        dynamic={"prompts_per_round": dapo["prompts_per_round"], "max_sampling_rounds": dapo["max_sampling_rounds"]},
-    )
-
-
-def evaluation_spec(config: Mapping[str, Any], run: str, model: str, splits: str) -> EvaluationSpec:
-    """The evaluation of `run` (or ``"base"``): its training seed, the first grid, and sampling as in training.
-
-    The base model is evaluated with the split seed and the `training` options; unset (null) evaluation options take
-    the training temperature (TRL's 1.0 when unset) and completion length (64 new tokens when unset: TRL's own default
-    depends on its version).
+    Unset (null) evaluation options take the training temperature (TRL's 1.0 when unset) and completion length (64
+    new tokens when unset: TRL's own default depends on its version).
     """
-    name = parse_run_name(run)
-    trainer = method_trainer(config, name.method)
     evaluation = config["evaluation"]
-    grid = _evaluation_grid(config)
-    settings = {
-        "budget_grid": grid,
-        "score": config["cgrpo"]["options"]["score"],
+    options = config["cgrpo"]["options"]
+    return {
+        "budget_grid": evaluation_grid(config),
+        "score": options["score"],
         "temperature": float(evaluation["temperature"] if evaluation["temperature"] is not None
                              else trainer.get("temperature", 1.0)),
         "max_new_tokens": int(evaluation["max_new_tokens"] if evaluation["max_new_tokens"] is not None
                               else trainer.get("max_completion_length", 64)),
         "batch_size": int(evaluation["batch_size"]),
         "deltas": [float(delta) for delta in evaluation["deltas"]],
-        "delta_margin": float(config["cgrpo"]["options"]["delta_margin"]),
+        "delta_margin": float(options["delta_margin"]),
         "split_delta": bool(evaluation["split_delta"]),
         "backend": evaluation.get("backend", "hf"),
-        "verifier_timeout_s": config["cgrpo"]["options"].get("verifier_timeout_s", VERIFIER_TIMEOUT_S),
+        "verifier_timeout_s": options.get("verifier_timeout_s", VERIFIER_TIMEOUT_S),
     }
-    seed = name.seed if name.seed is not None else config["splits"]["seed"]
-    return EvaluationSpec(run=run, model=model, splits=splits, task=task_spec(config), seed=seed, evaluation=settings)

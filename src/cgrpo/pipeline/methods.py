@@ -1,0 +1,296 @@
+"""Training methods by name: one record per method, from which the pipeline derives everything method-specific.
+
+A record says how the method's runs are named (and parsed back), which runs a config asks for, what its training spec
+holds beyond the common fields, which trainer builds it (`cgrpo.pipeline.trainers`), how a run's setting reads in the
+tables, and whether it starts from the pipeline's initial calibration (rule `train_cgrpo`) or not (rule `train`).
+Adding a method is one record here plus its trainer builder.
+
+Run names, and the spelling of grids and deltas in them, are built and parsed here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .specs import (
+    EvaluationSpec,
+    TrainSpec,
+    evaluation_grid,
+    evaluation_settings,
+    format_delta,
+    format_grid,
+    method_trainer,
+    parse_delta,
+    parse_grid,
+    task_spec,
+)
+
+__all__ = [
+    "METHODS",
+    "RUN_NAME_PATTERN",
+    "Method",
+    "RunName",
+    "cgrpo_run_name",
+    "dapo_run_name",
+    "evaluation_spec",
+    "grpo_run_name",
+    "method_label",
+    "method_order",
+    "parse_run_name",
+    "run_pattern",
+    "setting_label",
+    "static_runs",
+    "train_spec",
+]
+
+Config = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RunName:
+    """What a run name says: the method (a key of `METHODS`, or ``"base"``) and its settings."""
+
+    method: str
+    seed: int | None = None
+    budget_grid: tuple[int, ...] | None = None
+    delta: str | float | None = None
+    recalibrate_every: int | None = None
+    num_generations: int | None = None
+    compute_matched: bool = False
+
+
+@dataclass(frozen=True)
+class Method:
+    """Everything the pipeline needs to know about one training method.
+
+    Attributes:
+        name: the run-name prefix and the `method` field of its records.
+        label: its name in tables and plots.
+        section: the config section whose `trainer` options update `training` for its runs.
+        pattern: the regular expression of its run names, with named groups.
+        parse: the `RunName` fields of a match of `pattern`.
+        runs: the names of the runs a config asks for before any training (one per seed and setting).
+        group_sizes: each group size (TRL's `num_generations`) the config gives its runs, with the config key.
+        spec_fields: the `TrainSpec` fields beyond the common ones, from the config, the parsed name and the initial
+            calibration's path (None for a method without one).
+        trainer: the name of its builder in `cgrpo.pipeline.trainers`.
+        setting: how a run record's setting reads, shared by all its seeds.
+        calibrated: whether its runs start from the pipeline's initial calibration of their grid.
+        marker: its matplotlib marker in the plots.
+    """
+
+    name: str
+    label: str
+    section: str
+    pattern: str
+    parse: Callable[[re.Match], dict[str, Any]]
+    runs: Callable[[Config], list[str]]
+    group_sizes: Callable[[Config], list[tuple[str, int]]]
+    spec_fields: Callable[[Config, RunName, str | None], dict[str, Any]]
+    trainer: str
+    setting: Callable[[Mapping[str, Any]], str]
+    calibrated: bool = False
+    marker: str = "o"
+
+
+# --------------------------------------------------------------------------- C-GRPO
+
+
+def cgrpo_run_name(seed: int, grid: Sequence[int], delta: Any, recalibrate_every: int) -> str:
+    """``cgrpo_s<seed>_g<grid>_d<delta>_r<recalibrate_every>``."""
+    return f"cgrpo_s{int(seed)}_g{format_grid(grid)}_d{format_delta(delta)}_r{int(recalibrate_every)}"
+
+
+def _cgrpo_fields(match: re.Match) -> dict[str, Any]:
+    return {"budget_grid": tuple(parse_grid(match["grid"])), "delta": parse_delta(match["delta"]),
+            "recalibrate_every": int(match["recal"])}
+
+
+def _cgrpo_runs(config: Config) -> list[str]:
+    cgrpo = config["cgrpo"]
+    return [cgrpo_run_name(seed, grid, delta, recal) for grid in cgrpo["budget_grids"] for delta in cgrpo["deltas"]
+            for recal in cgrpo["recalibrate_every"] for seed in config["seeds"]]
+
+
+def _cgrpo_spec(config: Config, name: RunName, calibration: str | None) -> dict[str, Any]:
+    return {"reference_budget": max(name.budget_grid), "budget_grid": list(name.budget_grid), "delta": name.delta,
+            "recalibrate_every": name.recalibrate_every, "cgrpo": dict(config["cgrpo"]["options"]),
+            "initial_calibration": calibration}
+
+
+def _cgrpo_setting(record: Mapping[str, Any]) -> str:
+    drop = ", drop unanimous" if record.get("drop_unanimous") else ""
+    return f"grid {record['budget_grid']}, delta {format_delta(record['delta'])}, recal {record['recalibrate_every']}{drop}"
+
+
+# --------------------------------------------------------------------------- fixed-group GRPO
+
+
+def grpo_run_name(seed: int, group_size: int, matched: bool = False) -> str:
+    """``grpo_s<seed>_G<group_size>``, with ``_matched`` for a compute-matched baseline."""
+    return f"grpo_s{int(seed)}_G{int(group_size)}" + ("_matched" if matched else "")
+
+
+def _group_size_fields(match: re.Match) -> dict[str, Any]:
+    fields = {"num_generations": int(match["G"])}
+    if "matched" in match.re.groupindex:
+        fields["compute_matched"] = match["matched"] is not None
+    return fields
+
+
+def _group_sizes(section: str) -> Callable[[Config], list[tuple[str, int]]]:
+    return lambda config: [(f"{section}.num_generations", size) for size in config[section]["num_generations"]]
+
+
+def _grpo_runs(config: Config) -> list[str]:
+    return [grpo_run_name(seed, size) for size in config["grpo"]["num_generations"] for seed in config["seeds"]]
+
+
+def _grpo_spec(config: Config, name: RunName, calibration: str | None) -> dict[str, Any]:
+    # Savings are measured against G = max(first grid), the group C-GRPO's largest budget fills.
+    return {"reference_budget": max(evaluation_grid(config)), "num_generations": name.num_generations,
+            "compute_matched": name.compute_matched}
+
+
+def _grpo_setting(record: Mapping[str, Any]) -> str:
+    matched = " (compute-matched)" if record.get("compute_matched") else ""
+    return f"G={record['num_generations']}{matched}"
+
+
+# --------------------------------------------------------------------------- DAPO
+
+
+def dapo_run_name(seed: int, group_size: int) -> str:
+    """``dapo_s<seed>_G<group_size>``: GRPO with DAPO's dynamic sampling."""
+    return f"dapo_s{int(seed)}_G{int(group_size)}"
+
+
+def _dapo_runs(config: Config) -> list[str]:
+    return [dapo_run_name(seed, size) for size in config["dapo"]["num_generations"] for seed in config["seeds"]]
+
+
+def _dapo_spec(config: Config, name: RunName, calibration: str | None) -> dict[str, Any]:
+    dapo = config["dapo"]
+    return {"reference_budget": max(evaluation_grid(config)), "num_generations": name.num_generations,
+            "dynamic": {"prompts_per_round": dapo["prompts_per_round"],
+                        "max_sampling_rounds": dapo["max_sampling_rounds"]}}
+
+
+# --------------------------------------------------------------------------- the registry
+
+_SEED = r"_s(?P<seed>\d+)"
+
+METHODS: dict[str, Method] = {
+    method.name: method
+    for method in (
+        Method(
+            name="cgrpo", label="C-GRPO", section="cgrpo",
+            pattern=r"cgrpo" + _SEED + r"_g(?P<grid>\d+(?:-\d+)*)_d(?P<delta>auto|[0-9.]+(?:e-?[0-9]+)?)_r(?P<recal>\d+)",
+            parse=_cgrpo_fields, runs=_cgrpo_runs,
+            group_sizes=lambda config: [("cgrpo.budget_grids", max(grid)) for grid in config["cgrpo"]["budget_grids"]],
+            spec_fields=_cgrpo_spec, trainer="cgrpo_trainer",
+            setting=_cgrpo_setting, calibrated=True, marker="o",
+        ),
+        Method(
+            name="grpo", label="GRPO", section="grpo", pattern=r"grpo" + _SEED + r"_G(?P<G>\d+)(?P<matched>_matched)?",
+            parse=_group_size_fields, runs=_grpo_runs, group_sizes=_group_sizes("grpo"), spec_fields=_grpo_spec, trainer="grpo_trainer",
+            setting=_grpo_setting, marker="s",
+        ),
+        Method(
+            name="dapo", label="DAPO", section="dapo", pattern=r"dapo" + _SEED + r"_G(?P<G>\d+)",
+            parse=_group_size_fields, runs=_dapo_runs, group_sizes=_group_sizes("dapo"), spec_fields=_dapo_spec, trainer="dapo_trainer",
+            setting=lambda record: f"G={record['num_generations']}, dynamic sampling", marker="^",
+        ),
+    )
+}
+
+_COMPILED = {name: re.compile(method.pattern) for name, method in METHODS.items()}
+
+
+def _unnamed(pattern: str) -> str:
+    return re.sub(r"\(\?P<\w+>", "(?:", pattern)
+
+
+def run_pattern(calibrated: bool | None = None) -> str:
+    """The run names of the methods that start from an initial calibration (or not; all for None), as one regex.
+
+    Without group names, for Snakemake's wildcard constraints.
+    """
+    chosen = [m.pattern for m in METHODS.values() if calibrated is None or m.calibrated == calibrated]
+    return "|".join(f"(?:{_unnamed(pattern)})" for pattern in chosen)
+
+
+# Every run name, the base model's included, for the `run` wildcard.
+RUN_NAME_PATTERN = "base|" + run_pattern()
+
+
+def parse_run_name(name: str) -> RunName:
+    """What the run name `name` says (``"base"`` for the base model)."""
+    if name == "base":
+        return RunName("base")
+    for method, pattern in _COMPILED.items():
+        match = pattern.fullmatch(name)
+        if match is not None:
+            return RunName(method, int(match["seed"]), **METHODS[method].parse(match))
+    raise ValueError(f"{name!r} is not a run name; expect base, cgrpo_s0_g2-4-8_dauto_r50, grpo_s0_G8 or dapo_s0_G8.")
+
+
+def static_runs(config: Config) -> list[str]:
+    """Every training run the config asks for before any training (compute-matched runs come later), by method."""
+    return [run for method in METHODS.values() for run in method.runs(config)]
+
+
+def method_order(method: str) -> int:
+    """Position of `method` in tables: the base model first, then the registry's order."""
+    return 0 if method == "base" else 1 + list(METHODS).index(method)
+
+
+def method_label(method: str) -> str:
+    """The name of `method` in tables and plots."""
+    return "base" if method == "base" else METHODS[method].label
+
+
+def setting_label(record: Mapping[str, Any]) -> str:
+    """The setting a run record belongs to, shared by all its seeds (``"base model"`` for the base model).
+
+    C-GRPO: ``"grid 2-4-8-16-32, delta auto, recal 10"``, with ``", drop unanimous"`` for a run with
+    `drop_unanimous`; GRPO: ``"G=32"``, or ``"G=6 (compute-matched)"`` for a compute-matched baseline; DAPO:
+    ``"G=32, dynamic sampling"``.
+    """
+    method = record["method"]
+    if method == "base":
+        return "base model"
+    if method not in METHODS:
+        raise ValueError(f"Unknown method {method!r} in run {record.get('run')!r}; expected one of {', '.join(METHODS)}.")
+    return METHODS[method].setting(record)
+
+
+# --------------------------------------------------------------------------- specs of runs
+
+
+def train_spec(config: Config, run: str, model: str, splits: str, calibration: str | None = None) -> TrainSpec:
+    """The training run named `run`; a calibrated method's run starts from the initial calibration in `calibration`."""
+    name = parse_run_name(run)
+    method = METHODS[name.method]
+    if method.calibrated and calibration is None:
+        raise ValueError(f"Run {run!r} starts from an initial calibration; pass its thresholds.json.")
+    return TrainSpec(
+        run=run, method=name.method, model=model, splits=splits, task=task_spec(config), seed=name.seed,
+        trainer=method_trainer(config, method.section), peft=config["peft"],
+        **method.spec_fields(config, name, calibration),
+    )
+
+
+def evaluation_spec(config: Config, run: str, model: str, splits: str) -> EvaluationSpec:
+    """The evaluation of `run` (or ``"base"``): its training seed, the first grid, and sampling as in its training.
+
+    The base model is evaluated with the split seed and the `training` options.
+    """
+    name = parse_run_name(run)
+    section = None if name.method == "base" else METHODS[name.method].section
+    seed = name.seed if name.seed is not None else config["splits"]["seed"]
+    return EvaluationSpec(run=run, model=model, splits=splits, task=task_spec(config), seed=seed,
+                          evaluation=evaluation_settings(config, method_trainer(config, section)))

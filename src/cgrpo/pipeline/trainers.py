@@ -1,0 +1,97 @@
+"""Trainer builders of the pipeline's methods: each loads the model, data and reward functions as a user's script would.
+
+`cgrpo.pipeline.methods` names one builder per method; every builder takes the run's spec, the trainer's output folder
+and, for a method that starts from the pipeline's initial calibration, that calibration's record.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from trl import GRPOConfig
+
+from ..config import CGRPOConfig
+from .specs import CalibrationSpec, TrainSpec
+from .splits import load_split
+from .tasks import get_task
+from .timing import TimedGRPOTrainer
+
+Spec = CalibrationSpec | TrainSpec
+
+
+def cgrpo_trainer(spec: TrainSpec, output_dir: Path, initial: dict[str, Any] | None):
+    """A C-GRPO run's trainer; `initial` holds the thresholds refitted from the initial calibration, and its cost."""
+    return _cgrpo_trainer(spec, output_dir, spec.delta, spec.recalibrate_every, initial)
+
+
+def calibration_trainer(spec: CalibrationSpec, output_dir: Path):
+    """A C-GRPO trainer for the initial calibration of `spec.budget_grid` (automatic delta; it never trains)."""
+    return _cgrpo_trainer(spec, output_dir, "auto", 0, None)
+
+
+def grpo_trainer(spec: TrainSpec, output_dir: Path, initial: None = None) -> TimedGRPOTrainer:
+    """A fixed-group GRPO run's trainer, at G = `spec.num_generations`."""
+    torch.manual_seed(spec.seed)
+    task = _task(spec)
+    args = GRPOConfig(num_generations=int(spec.num_generations), **_trainer_options(spec, output_dir))
+    return TimedGRPOTrainer(model=spec.model, reward_funcs=task.reward_funcs, args=args,
+                            train_dataset=_split(spec, task, "train"), peft_config=_peft_config(spec))
+
+
+def dapo_trainer(spec: TrainSpec, output_dir: Path, initial: None = None):
+    """A DAPO run's trainer: GRPO at G = `spec.num_generations` with dynamic sampling (`spec.dynamic`)."""
+    from ..dynamic_sampling import DynamicSamplingConfig, DynamicSamplingGRPOTrainer
+
+    torch.manual_seed(spec.seed)
+    task = _task(spec)
+    args = DynamicSamplingConfig(num_generations=int(spec.num_generations), **spec.dynamic,
+                                 **_trainer_options(spec, output_dir))
+    return DynamicSamplingGRPOTrainer(model=spec.model, reward_funcs=task.reward_funcs, args=args,
+                                      train_dataset=_split(spec, task, "train"), peft_config=_peft_config(spec))
+
+
+def _cgrpo_trainer(spec: Spec, output_dir: Path, delta, recalibrate_every: int, initial: dict[str, Any] | None):
+    from ..trainer import CGRPOTrainer
+
+    torch.manual_seed(spec.seed)
+    task = _task(spec)
+    args = CGRPOConfig(
+        budget_grid=list(spec.budget_grid),
+        conformal_delta=None if delta == "auto" else float(delta),
+        recalibrate_every=int(recalibrate_every),
+        **spec.cgrpo,
+        **_trainer_options(spec, output_dir),
+    )
+    return CGRPOTrainer(
+        model=spec.model, reward_funcs=task.reward_funcs, args=args, train_dataset=_split(spec, task, "train"),
+        calibration_dataset=_split(spec, task, "calibration"), answer_extractor=task.extract, verifier=task.verifier,
+        initial_thresholds=initial and initial["thresholds"],
+        initial_calibration_rollouts=initial["rollouts"] if initial else 0, peft_config=_peft_config(spec),
+    )
+
+
+def _task(spec: Spec):
+    return get_task(spec.task["name"], **spec.task["options"])
+
+
+def _split(spec: Spec, task, name: str):
+    return task.to_prompt_dataset(load_split(spec.splits, name))
+
+
+def _trainer_options(spec: Spec, output_dir: Path) -> dict[str, Any]:
+    # Checkpoints let a killed training job resume; two are kept so that one is complete whenever a job is killed.
+    options = {"report_to": [], "save_strategy": "steps", "save_total_limit": 2, "logging_steps": 1, "seed": spec.seed,
+               "data_seed": spec.seed}
+    options.update(spec.trainer)
+    options["output_dir"] = str(output_dir)
+    return options
+
+
+def _peft_config(spec: Spec):
+    if not spec.peft:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(task_type="CAUSAL_LM", **spec.peft)
