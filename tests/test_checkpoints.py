@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -55,3 +58,29 @@ def test_save_steps_round_up_to_whole_generation_batches(save_steps, steps_per_g
                            num_iterations=iterations, gradient_accumulation_steps=accumulation)
     align_save_steps(args)
     assert args.save_steps == expected
+
+
+def test_cpu_seconds_count_this_process_and_its_ended_children():
+    from cgrpo.pipeline.timing import cpu_seconds
+
+    start = cpu_seconds()
+    # A child that burns about 0.3 s of CPU; its time counts once it has been waited for.
+    subprocess.run([sys.executable, "-c", "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"],
+                   check=True)
+    assert cpu_seconds() - start >= 0.3
+
+
+def test_training_time_and_cpu_time_carry_across_a_resume(tmp_path):
+    from cgrpo.pipeline.checkpoints import ResumableTotals
+
+    checkpoint = tmp_path / "checkpoint-4"
+    checkpoint.mkdir()
+    (checkpoint / TOTALS_FILE).write_text(json.dumps({"train_wall_s": 10.0, "train_cpu_s": 7.0,
+                                                      "generation_totals": None}))
+    totals = ResumableTotals(SimpleNamespace(), str(checkpoint))
+    assert 10.0 <= totals.elapsed() < 11.0 and 7.0 <= totals.cpu_elapsed() < 8.0
+    state = SimpleNamespace(is_world_process_zero=True, global_step=6)
+    (tmp_path / "checkpoint-6").mkdir()
+    totals.on_save(SimpleNamespace(output_dir=str(tmp_path)), state, None)
+    saved = json.loads((tmp_path / "checkpoint-6" / TOTALS_FILE).read_text())
+    assert saved["train_cpu_s"] >= 7.0 and saved["train_wall_s"] >= 10.0

@@ -45,6 +45,7 @@ def _run_record(method: str, seed: int, key: str, *, g: int | None = None, match
         "generation_wall_s": 2.0 * rollouts_per_prompt, "update_wall_s": 50.0,
         "calibration_wall_s": 8.0 if cgrpo else 0.0,
         "total_wall_s": 100.0 + 3 * rollouts_per_prompt + seed + (4.0 if cgrpo else 0.0),
+        "train_cpu_s": 90.0 + 2 * rollouts_per_prompt, "total_cpu_s": 90.0 + 2 * rollouts_per_prompt + (3.0 if cgrpo else 0.0),
         "reference_budget": 32, "steps_per_generation": 8 if cgrpo else 1,
         "train_budget_histogram": {"2": 150, "8": 50, "32": 100} if cgrpo else {str(width): groups},
         "calibrations": [
@@ -167,6 +168,8 @@ def test_time_savings_are_against_the_same_seeds_grpo_at_the_reference_budget(ta
         cgrpo = summary.loc[f"cgrpo_s{seed}_g2-4-8-16-32_dauto_r10"]
         assert cgrpo["total_wall_s"] == pytest.approx(100.0 + 3 * ROLLOUTS["cgrpo"][seed] + seed + 4.0)
         assert cgrpo["time_savings"] == pytest.approx(1 - cgrpo["total_wall_s"] / reference)
+        cpu_reference = summary.loc[f"grpo_s{seed}_G32", "total_cpu_s"]
+        assert cgrpo["cpu_time_savings"] == pytest.approx(1 - cgrpo["total_cpu_s"] / cpu_reference)
         assert summary.loc[f"grpo_s{seed}_G4", "time_savings"] == pytest.approx(
             1 - summary.loc[f"grpo_s{seed}_G4", "total_wall_s"] / reference)
         assert summary.loc[f"grpo_s{seed}_G32", "time_savings"] == 0

@@ -30,10 +30,10 @@ def _cgrpo_record(dynamic_totals: dict | None = None) -> dict:
                               args=SimpleNamespace(num_generations=8, steps_per_generation=1),
                               state=SimpleNamespace(global_step=5), dynamic_totals=dynamic_totals)
     thresholds = Thresholds(delta=0.2, qhat={2: 1.0, 8: 0.9}, solve_rate=0.8, n_calibration=4)
-    initial = {"thresholds": thresholds, "rollouts": 32, "tokens": 320, "wall_s": 1.0}
+    initial = {"thresholds": thresholds, "rollouts": 32, "tokens": 320, "wall_s": 1.0, "cpu_s": 0.75}
     spec = TrainSpec(run="cgrpo_s0_g2-8_dauto_r0", method="cgrpo", model="m", splits="s", task={}, seed=0, trainer={},
                      peft=None, reference_budget=8, budget_grid=[2, 8], delta="auto", recalibrate_every=0)
-    return _run_record(spec, trainer, wall=3.0, initial=initial)
+    return _run_record(spec, trainer, wall=3.0, cpu=2.5, initial=initial)
 
 
 def test_cgrpo_costs_count_the_lockstep_rows_and_report_them_apart():
@@ -42,6 +42,8 @@ def test_cgrpo_costs_count_the_lockstep_rows_and_report_them_apart():
     assert record["train_rollout_savings"] == pytest.approx(1 - 46 / 80)
     assert record["train_rollout_savings_with_calibration"] == pytest.approx(1 - (46 + 32) / 80)
     assert record["generation_wall_s"] == 1.5 and record["update_wall_s"] == pytest.approx(3.0 - 1.5)
+    # Wall clock and CPU time each add the initial calibration, which ran in its own rule.
+    assert record["total_wall_s"] == 4.0 and (record["train_cpu_s"], record["total_cpu_s"]) == (2.5, 3.25)
     assert record["groups"] == 10 and record["drop_unanimous"] is False and record["dynamic"] is None
 
 

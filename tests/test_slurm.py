@@ -18,9 +18,9 @@ import pytest
 from conftest import SLURM_PROFILE, require_cluster, run_smoke
 
 # Measured in the run, so different between any two runs: training, generation, update, calibration and evaluation
-# wall clock (summary `*_wall_s`, by_method and paired "wall clock ...") and the savings computed from them
-# (`time_savings`, "time savings incl. calibration ...").
-TIMING_COLUMN = re.compile(r"wall|time.savings")
+# wall clock and CPU time (summary `*_wall_s` and `*_cpu_s`, by_method and paired "wall clock ..." and "CPU time ...")
+# and the savings computed from them (`time_savings`, `cpu_time_savings`, "time savings incl. calibration ...").
+TIMING_COLUMN = re.compile(r"wall|cpu|CPU|time.savings")
 SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.")
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -91,4 +91,4 @@ def test_slurm_tables_equal_local_tables(runs):
         pd.testing.assert_frame_equal(actual.drop(columns=timing), expected.drop(columns=timing), check_exact=True,
                                       obj=name)
     # The pattern did find the wall-clock columns.
-    assert {"train_wall_s", "total_wall_s", "eval_wall_s", "time_savings"} <= dropped
+    assert {"train_wall_s", "total_wall_s", "eval_wall_s", "time_savings", "total_cpu_s", "cpu_time_savings"} <= dropped

@@ -198,7 +198,8 @@ def test_smoke_pipeline_end_to_end(smoke_run):
     assert summary["compute_matched"].astype(str).eq("True").sum() == 1
     trained = summary[summary["method"] != "base"].set_index("run")
     assert (trained["total_wall_s"] > 0).all() and trained["time_savings"].notna().all()
-    assert trained.loc["grpo_s0_G8", "time_savings"] == 0
+    assert (trained["total_cpu_s"] > 0).all() and trained["cpu_time_savings"].notna().all()
+    assert trained.loc["grpo_s0_G8", "time_savings"] == 0 == trained.loc["grpo_s0_G8", "cpu_time_savings"]
     # min_generation_prompts 2 with one 8-wide group per step: two steps share each generation batch.
     assert trained.loc["cgrpo_s0_g2-4-8_dauto_r1", "steps_per_generation"] == 2
     # The smoke C-GRPO run's compute-matched G is 8, one of the configured fixed sizes: that run is reused.

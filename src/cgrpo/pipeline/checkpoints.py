@@ -19,6 +19,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from .specs import TrainSpec
+from .timing import cpu_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +71,8 @@ def align_save_steps(args) -> None:
 
 
 class ResumableTotals(TrainerCallback):
-    """Training seconds, and the baseline's generation totals, carried across a resume in every checkpoint.
+    """Training seconds (wall clock and CPU), and the baseline's generation totals, carried across a resume in every
+    checkpoint.
 
     A run resumed from a checkpoint reports the seconds trained up to that checkpoint plus the seconds after it; the
     work lost between the checkpoint and the kill is not counted, as it is not part of the finished run.
@@ -78,21 +80,25 @@ class ResumableTotals(TrainerCallback):
 
     def __init__(self, trainer, resume_from: str | None):
         self.trainer = trainer
-        self.before = 0.0
+        self.before, self.cpu_before = 0.0, 0.0
         if resume_from is not None:
             saved = json.loads((Path(resume_from) / TOTALS_FILE).read_text())
-            self.before = saved["train_wall_s"]
+            self.before, self.cpu_before = saved["train_wall_s"], saved["train_cpu_s"]
             if saved["generation_totals"] is not None:
                 trainer.generation_totals.update(saved["generation_totals"])
-        self.started = time.perf_counter()
+        self.started, self.cpu_started = time.perf_counter(), cpu_seconds()
 
     def elapsed(self) -> float:
         """Seconds of training in this run, across resumes."""
         return self.before + time.perf_counter() - self.started
 
+    def cpu_elapsed(self) -> float:
+        """CPU seconds of training in this run (this process and its ended children), across resumes."""
+        return self.cpu_before + cpu_seconds() - self.cpu_started
+
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            totals: dict[str, Any] = {"train_wall_s": self.elapsed(),
+            totals: dict[str, Any] = {"train_wall_s": self.elapsed(), "train_cpu_s": self.cpu_elapsed(),
                                       "generation_totals": getattr(self.trainer, "generation_totals", None)}
             path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / TOTALS_FILE
             path.write_text(json.dumps(totals, indent=1) + "\n")

@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from .methods import method_label, method_order, setting_label
+from .methods import METHODS, method_label, method_order, setting_label
 from .specs import format_delta, parse_grid
 from .statistics import mean_ci, paired_difference_ci
 
@@ -63,6 +63,8 @@ BY_METHOD_METRICS = {
     "train_rollout_savings": "rollout savings",
     "train_rollout_savings_with_calibration": "rollout savings incl. calibration",
     "time_savings": "time savings incl. calibration",
+    "total_cpu_s": "CPU time (s, training + calibration)",
+    "cpu_time_savings": "CPU time savings incl. calibration",
     "train_tokens_generated": "training tokens generated",
     "train_wall_s": "training wall clock (s)",
     "generation_wall_s": "generation wall clock (s)",
@@ -76,6 +78,7 @@ PAIRED_METRICS = {
     "rollouts_per_prompt": "rollouts per training prompt",
     "total_rollouts_generated": "rollouts generated",
     "total_wall_s": "wall clock (s, training + calibration)",
+    "total_cpu_s": "CPU time (s, training + calibration)",
     "train_wall_s": "training wall clock (s)",
 }
 
@@ -84,6 +87,7 @@ SWEEP_METRICS = {
     "train_rollout_savings": "rollout savings",
     "train_rollout_savings_with_calibration": "rollout savings incl. calibration",
     "time_savings": "time savings incl. calibration",
+    "cpu_time_savings": "CPU time savings incl. calibration",
     "eval_greedy_acc": "greedy accuracy",
     "coverage_post_selection": "eval coverage at the run's delta",
 }
@@ -94,7 +98,7 @@ _RUN_FIELDS = [
     "train_rollouts_generated", "lockstep_rollouts_generated", "calibration_rollouts_generated", "rollouts_per_prompt",
     "train_tokens_generated", "calibration_tokens_generated",
     "train_wall_s", "generation_wall_s", "update_wall_s", "calibration_wall_s", "total_wall_s",
-    "reference_budget", "steps_per_generation",
+    "train_cpu_s", "total_cpu_s", "reference_budget", "steps_per_generation",
 ]
 
 
@@ -126,7 +130,8 @@ def summary_table(runs: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str
     Training columns of the base row are empty. ``total_rollouts_generated`` adds the training and
     calibration rollouts; ``time_savings`` is ``1 - total_wall_s`` over that of the same seed's GRPO run
     at G = ``reference_budget`` (empty where that run is missing), the wall-clock twin of
-    ``train_rollout_savings_with_calibration``; ``train_budget_histogram`` reads ``"k:groups, ..."``, and
+    ``train_rollout_savings_with_calibration``, and ``cpu_time_savings`` the same from ``total_cpu_s``, which the jobs
+    running beside a run do not move; ``train_budget_histogram`` reads ``"k:groups, ..."``, and
     ``train_intermediate_share`` is the share of its groups that stopped strictly between the smallest and the largest
     budget; ``eval_budget_histogram`` is the eval prompts' conformal budget histogram at the automatic delta.
     """
@@ -161,8 +166,9 @@ def summary_table(runs: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str
     table = pd.DataFrame(rows)
     total = table["train_rollouts_generated"] + table["calibration_rollouts_generated"]
     table.insert(table.columns.get_loc("rollouts_per_prompt"), "total_rollouts_generated", total)
-    table.insert(table.columns.get_loc("train_rollout_savings_with_calibration") + 1, "time_savings",
-                 _time_savings(table))
+    savings_at = table.columns.get_loc("train_rollout_savings_with_calibration") + 1
+    table.insert(savings_at, "time_savings", _time_savings(table, "total_wall_s"))
+    table.insert(savings_at + 1, "cpu_time_savings", _time_savings(table, "total_cpu_s"))
     table["seed"] = table["seed"].astype("Int64")
     order = table["method"].map(method_order)
     return (
@@ -186,12 +192,13 @@ def _auto_conformal(evaluation: Mapping[str, Any]) -> Mapping[str, Any]:
     return next((row for row in evaluation.get("conformal", []) if row["delta_mode"] == "auto"), {})
 
 
-def _time_savings(table: pd.DataFrame) -> pd.Series:
+def _time_savings(table: pd.DataFrame, column: str) -> pd.Series:
+    """1 - `column` over that of the same seed's fixed-G GRPO run at G = the run's reference budget."""
     fixed = table[(table["method"] == "grpo") & ~table["compute_matched"].fillna(False).astype(bool)]
-    reference = fixed.set_index(["seed", "num_generations"])["total_wall_s"]
+    reference = fixed.set_index(["seed", "num_generations"])[column]
     keys = list(zip(table["seed"], table["reference_budget"]))
-    reference_wall = pd.Series([reference.get(key, math.nan) for key in keys], index=table.index, dtype=float)
-    return 1 - pd.to_numeric(table["total_wall_s"], errors="coerce") / reference_wall
+    reference_time = pd.Series([reference.get(key, math.nan) for key in keys], index=table.index, dtype=float)
+    return 1 - pd.to_numeric(table[column], errors="coerce") / reference_time
 
 
 # --------------------------------------------------------------------------- across seeds
@@ -229,18 +236,20 @@ def by_method_table(summary: pd.DataFrame, metrics: Mapping[str, str] = BY_METHO
 
 def _baselines(summary: pd.DataFrame, cgrpo_setting: str,
                matched: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """(method, setting) of the runs C-GRPO's ``cgrpo_setting`` is compared with: every fixed-G GRPO, its own compute
-    match, and every DAPO setting."""
-    grpo = summary[summary["method"] == "grpo"]
-    fixed = list(grpo.loc[~grpo["compute_matched"].astype(bool), "setting"].unique())
-    matches = [
+    """(method, setting) of the runs C-GRPO's ``cgrpo_setting`` is compared with, in the registry's order: every
+    setting of every other method, except compute-matched runs matched to another C-GRPO setting."""
+    own_matches = {
         setting_label({"method": "grpo", "num_generations": m["num_generations"], "compute_matched": True})
         for m in matched
         if m["setting"] == cgrpo_setting
-    ]
-    dapo = list(summary.loc[summary["method"] == "dapo", "setting"].unique())
-    return ([("grpo", s) for s in fixed + [s for s in matches if s in set(grpo["setting"])]]
-            + [("dapo", s) for s in dapo])
+    }
+    others = summary[summary["method"].isin([m for m in METHODS if m != "cgrpo"])]
+    matched_rows = others["compute_matched"].fillna(False).astype(bool)
+    kept = others[~matched_rows | others["setting"].isin(own_matches)]
+    # Fixed-G runs before compute-matched ones, as in the summary's order within a method.
+    kept = kept.assign(_order=kept["method"].map(method_order), _matched=matched_rows[kept.index])
+    kept = kept.sort_values(["_order", "_matched"], kind="stable")
+    return list(dict.fromkeys(zip(kept["method"], kept["setting"])))
 
 
 def paired_table(

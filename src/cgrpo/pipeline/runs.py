@@ -21,7 +21,7 @@ from .checkpoints import ResumableTotals, align_save_steps, resume_point
 from . import trainers
 from .methods import METHODS
 from .specs import CalibrationSpec, TrainSpec, format_grid
-from .timing import generation_seconds
+from .timing import cpu_seconds, generation_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def calibrate_initial(spec: CalibrationSpec | dict[str, Any], out_dir: str | Pat
     trainer = trainers.calibration_trainer(spec, out_dir / "trainer")
     trainer.model.train()
     # Timed like a calibration inside training: loading the model is this rule's overhead, not calibration cost.
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), cpu_seconds()
     scores, rollouts, tokens = trainer.score_calibration_set()
     args = trainer.args
     auto = fit_thresholds(scores, None, args.delta_margin, args.split_delta)
@@ -52,6 +52,7 @@ def calibrate_initial(spec: CalibrationSpec | dict[str, Any], out_dir: str | Pat
         "rollouts": rollouts,
         "tokens": tokens,
         "wall_s": time.perf_counter() - start,
+        "cpu_s": cpu_seconds() - cpu_start,
     }
     (out_dir / "thresholds.json").write_text(json.dumps(record, indent=1) + "\n")
     pd.DataFrame(
@@ -75,10 +76,10 @@ def train_run(spec: TrainSpec | dict[str, Any], out_dir: str | Path) -> None:
     totals = ResumableTotals(trainer, resume)
     trainer.add_callback(totals)
     trainer.train(resume_from_checkpoint=resume)
-    wall = totals.elapsed()
+    wall, cpu = totals.elapsed(), totals.cpu_elapsed()
     trainer.save_model(str(out_dir / "model"))
     _steps_table(trainer.state.log_history).to_csv(out_dir / "steps.csv", index=False)
-    record = _run_record(spec, trainer, wall, initial)
+    record = _run_record(spec, trainer, wall, cpu, initial)
     # run.json last: it is what marks the run finished; its checkpoints are then of no further use.
     (out_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
     shutil.rmtree(checkpoints)
@@ -130,7 +131,7 @@ def _steps_table(log_history: list[dict[str, Any]]) -> pd.DataFrame:
     return table[["step", *sorted(c for c in table.columns if c != "step")]]
 
 
-def _run_record(spec: TrainSpec, trainer, wall: float, initial: dict | None) -> dict[str, Any]:
+def _run_record(spec: TrainSpec, trainer, wall: float, cpu: float, initial: dict | None) -> dict[str, Any]:
     cgrpo = spec.method == "cgrpo"
     width = trainer.args.num_generations
     reference = int(spec.reference_budget)
@@ -155,6 +156,7 @@ def _run_record(spec: TrainSpec, trainer, wall: float, initial: dict | None) -> 
     in_run_calibration = sum(c["wall_s"] for c in calibrations[1:])
     # The pipeline's initial calibration runs in its own rule, before `train`: it is part of the run's cost.
     initial_calibration = calibrations[0]["wall_s"] if calibrations else 0.0
+    initial_calibration_cpu = calibrations[0]["cpu_s"] if calibrations else 0.0
     return {
         "run": spec.run, "method": spec.method, "seed": spec.seed, "num_generations": width,
         "budget_grid": format_grid(spec.budget_grid) if cgrpo else None,
@@ -178,6 +180,9 @@ def _run_record(spec: TrainSpec, trainer, wall: float, initial: dict | None) -> 
         "update_wall_s": wall - generation_seconds(trainer) - in_run_calibration,
         "calibration_wall_s": calibration_wall,
         "total_wall_s": wall + initial_calibration,
+        # The wall clock's twin that the neighbouring jobs do not move: training (in-run calibrations included) and
+        # the initial calibration, in CPU seconds of the job's process and its children.
+        "train_cpu_s": cpu, "total_cpu_s": cpu + initial_calibration_cpu,
         "calibrations": calibrations,
         # Dynamic sampling: every group sampled counts above; what it kept, dropped and how many rounds it took.
         "dynamic": None if dynamic is None else dict(dynamic),
@@ -190,4 +195,4 @@ def _budget_histogram(trainer) -> dict[str, int]:
 
 def _initial_record(initial: dict[str, Any]) -> dict[str, Any]:
     return {"step": 0, **initial["thresholds"].to_dict(), "rollouts": initial["rollouts"], "tokens": initial["tokens"],
-            "wall_s": initial["wall_s"], "initial": True}
+            "wall_s": initial["wall_s"], "cpu_s": initial["cpu_s"], "initial": True}

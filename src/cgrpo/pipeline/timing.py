@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from trl import GRPOTrainer
@@ -39,3 +40,14 @@ def generation_seconds(trainer: GRPOTrainer) -> float:
     """Seconds a `CGRPOTrainer` or a `TimedGRPOTrainer` spent in training-time generation."""
     totals = trainer.cgrpo_totals if hasattr(trainer, "cgrpo_totals") else trainer.generation_totals
     return float(totals["generation_s"])
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user and system) of this process and of its children that have ended, so far.
+
+    The twin of wall clock that does not depend on what runs next to a job: under `snakemake --cores 2`, two
+    single-thread jobs share the cores, and which job runs beside another moves its wall clock but not its CPU time.
+    Children count once they have been waited for (a sandboxed verifier's programs, for instance).
+    """
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
