@@ -25,7 +25,7 @@ from cgrpo.pipeline.tasks import check_task_score, extract_program, get_task
 REPO = Path(__file__).resolve().parents[1]
 CODE_SMOKE = REPO / "config" / "code_smoke.yaml"
 EVAL_KEYS = {"run", "eval_greedy_acc", "eval_maj_acc", "maj_at_k", "pass_at_k", "mean_at_k", "conformal", "coverage",
-             "eval_wall_s"}
+             "coverage_splits", "per_prompt", "eval_wall_s"}
 GRID = [2, 4]
 
 
@@ -106,7 +106,8 @@ def test_execution_fixed_k_metrics_by_hand():
 
 @pytest.mark.parametrize("score", ["first_success", "pass_rate"])
 def test_conformal_metrics_on_verifier_passes(score):
-    settings = {"budget_grid": GRID, "score": score, "deltas": [0.5], "delta_margin": 0.05, "split_delta": False}
+    settings = {"budget_grid": GRID, "score": score, "deltas": [0.5], "delta_margin": 0.05, "split_delta": False,
+                "coverage_splits": 20, "statistics_seed": 0}
     calibration = [[True, False, False, False], [False, True, True, True], [True, True, True, True], [False] * 4]
     record = conformal_metrics(PASSES, None, calibration, None, settings, seed=0)
     assert [entry["delta_mode"] for entry in record["conformal"]] == ["auto", 0.5]
@@ -158,7 +159,8 @@ def code_splits(tmp_path_factory):
 
 def _spec(model, splits, score, task="code"):
     settings = {"budget_grid": GRID, "score": score, "temperature": 1.0, "max_new_tokens": 4, "batch_size": 8,
-                "deltas": [0.2], "delta_margin": 0.05, "split_delta": False}
+                "deltas": [0.2], "delta_margin": 0.05, "split_delta": False, "coverage_splits": 20,
+                "statistics_seed": 0}
     return {"run": "base", "task": {"name": task, "options": {"num_examples": 80}}, "model": model,
             "splits": str(splits), "seed": 0, "evaluation": settings}
 
@@ -182,6 +184,9 @@ def test_evaluate_model_with_an_execution_score(tiny_model_dir, code_splits, tmp
     record = json.loads(out.read_text())
     assert set(record) == EVAL_KEYS
     assert record["eval_greedy_acc"] == 1.0 and record["mean_at_k"] == 0.5
+    # Per prompt, for the intervals: each averages to its summary figure.
+    assert record["per_prompt"] == {"eval_greedy_acc": [1.0] * 5, "eval_maj_acc": [1.0] * 5, "eval_mean_at_k": [0.5] * 5}
+    assert record["eval_maj_acc"] == 1.0
     # Unbiased pass@2 from 4 samples with 2 passes: 1 - C(2, 2) / C(4, 2).
     assert record["pass_at_k"] == {"2": pytest.approx(5 / 6), "4": 1.0}
     # Every prompt has a pass among its first two samples, so each stops at the first budget once calibrated.

@@ -36,7 +36,8 @@ def test_fixed_k_metrics_by_hand():
 
 
 def test_conformal_metrics_separate_fixed_k_and_post_selection_coverage():
-    settings = {"budget_grid": GRID, "deltas": [0.5], "delta_margin": 0.05, "split_delta": False}
+    settings = {"budget_grid": GRID, "deltas": [0.5], "delta_margin": 0.05, "split_delta": False,
+                "coverage_splits": 20, "statistics_seed": 0}
     calibration = [["1", "1", "1", "1"], ["2", "2", "2", "2"], ["3", "4", "3", "4"], ["5", "6", "7", "8"]]
     record = conformal_metrics(ANSWERS, GOLDS, calibration, ["1", "2", "3", "9"], settings, seed=0)
     modes = [entry["delta_mode"] for entry in record["conformal"]]
@@ -55,6 +56,10 @@ def test_conformal_metrics_separate_fixed_k_and_post_selection_coverage():
         assert row["qhat"] == fixed["qhat"][row["k"]]
         if row["qhat"] == 1.0:
             assert row["coverage"] == 1.0  # every score is at most 1: nothing tested at this k
+    # One re-split row per threshold set and budget, each refitted 20 times on 4 of the 8 pooled prompts.
+    splits = record["coverage_splits"]
+    assert [(row["delta_mode"], row["k"]) for row in splits] == [(mode, k) for mode in modes for k in GRID]
+    assert all(row["repeats"] == 20 and row["n_calibration"] == 4 and 0 <= row["mean"] <= 1 for row in splits)
 
 
 def test_generated_not_kept_rollouts_are_counted(tiny_model_dir, tmp_path):
@@ -90,7 +95,8 @@ def test_each_sampling_purpose_and_run_seed_has_its_own_stream(tiny_model_dir, t
     pool = get_task("arithmetic", num_examples=64, seed=0).load()
     make_splits(pool, tmp_path / "splits", sizes={"calibration": 4, "eval": 4}, seed=0)
     settings = {"budget_grid": [2, 4], "score": "aps", "temperature": 1.0, "max_new_tokens": 4, "batch_size": 4,
-                "deltas": [0.5], "delta_margin": 0.05, "split_delta": False}
+                "deltas": [0.5], "delta_margin": 0.05, "split_delta": False,
+                "coverage_splits": 20, "statistics_seed": 0}
     spec = {"run": "base", "task": {"name": "arithmetic", "options": {}}, "model": tiny_model_dir,
             "splits": str(tmp_path / "splits"), "evaluation": settings}
     runs = [_evaluate_same_prompts({**spec, "seed": seed}, tmp_path / f"{i}.json", monkeypatch)
@@ -98,6 +104,11 @@ def test_each_sampling_purpose_and_run_seed_has_its_own_stream(tiny_model_dir, t
     (first, record), (again, record_again), (other_seed, _) = runs
     # Same spec, same samples and metrics.
     assert again == first and record_again == record
+    # The per-prompt outcomes behind the intervals average to the record's accuracies.
+    for column, key in [("eval_greedy_acc", "eval_greedy_acc"), ("eval_maj_acc", "eval_maj_acc"),
+                        ("eval_mean_at_k", "mean_at_k")]:
+        assert len(record["per_prompt"][column]) == 4
+        assert sum(record["per_prompt"][column]) / 4 == pytest.approx(record[key])
     # Calls are greedy, eval, calibration: the same prompts must get independent samples for eval and calibration.
     assert first[1]["completions"] != first[2]["completions"]
     # No batch seed (purpose seed + batch index) is shared between purposes or between run seeds 0 and 1.

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import random
 
-import pandas as pd
+import numpy as np
 import pytest
 
 from cgrpo import calibration
@@ -411,48 +411,69 @@ def test_nearest_admissible_g_errors():
 
 
 # --------------------------------------------------------------------------- #
-# 5. Confidence intervals across seeds
+# 5. Bootstrap intervals over seeds and prompts; coverage over re-splits
 # --------------------------------------------------------------------------- #
 
 
-def test_mean_ci_hand_case():
-    # [1, 2, 3]: mean 2, sd 1, se 1/sqrt(3); t_{.975, 2} = 4.302653 (tables),
-    # half-width 4.302653 / 1.732051 = 2.484138.
-    mean, lo, hi = statistics.mean_ci([1.0, 2.0, 3.0])
-    assert mean == 2.0
-    assert lo == pytest.approx(2.0 - 2.484138, abs=1e-5)
-    assert hi == pytest.approx(2.0 + 2.484138, abs=1e-5)
-
-
-def test_mean_ci_single_and_constant():
-    mean, lo, hi = statistics.mean_ci([0.7])
+def test_bootstrap_single_constant_and_errors():
+    mean, lo, hi = statistics.bootstrap_mean_ci([0.7], 100, 0)
     assert mean == 0.7 and math.isnan(lo) and math.isnan(hi)
-    assert statistics.mean_ci([0.5, 0.5, 0.5]) == (0.5, 0.5, 0.5)
-    assert statistics.mean_ci(pd.Series([1.0, 3.0]))[0] == 2.0
+    assert statistics.bootstrap_mean_ci([[0.5, 0.5], [0.5, 0.5]], 100, 0) == (0.5, 0.5, 0.5)
+    for values in ([], [1.0, float("nan")]):
+        with pytest.raises(ValueError):
+            statistics.bootstrap_mean_ci(values, 100, 0)
+    with pytest.raises(ValueError, match="confidence"):
+        statistics.bootstrap_mean_ci([1.0, 2.0], 100, 0, confidence=1.0)
+    with pytest.raises(ValueError, match="resamples"):
+        statistics.bootstrap_mean_ci([1.0, 2.0], 0, 0)
 
 
-def test_mean_ci_errors():
-    with pytest.raises(ValueError):
-        statistics.mean_ci([])
-    with pytest.raises(ValueError):
-        statistics.mean_ci([1.0, float("nan")])
-    with pytest.raises(ValueError):
-        statistics.mean_ci([1.0, 2.0], confidence=1.0)
+def test_bootstrap_is_seeded_and_stays_within_the_values():
+    values = [0.2, 0.5, 0.9]
+    first = statistics.bootstrap_mean_ci(values, 1000, [0, 7])
+    assert first == statistics.bootstrap_mean_ci(values, 1000, [0, 7])
+    assert first != statistics.bootstrap_mean_ci(values, 1000, [1, 7])
+    mean, lo, hi = first
+    assert mean == pytest.approx(np.mean(values)) and 0.2 <= lo < mean < hi <= 0.9
 
 
-def test_paired_difference_ci():
-    # Differences by seed: seed 0: .6-.5 = .1, seed 1: .7-.7 = 0, seed 2: .9-.7 = .2 -> mean .1.
-    treat = pd.Series([0.6, 0.7, 0.9], index=[0, 1, 2])
-    base = pd.Series([0.7, 0.5, 0.7], index=[2, 0, 1])  # shuffled: pairing is by seed
-    mean, lo, hi = statistics.paired_difference_ci(treat, base)
-    assert mean == pytest.approx(0.1)
-    # sd of [.1, 0, .2] = .1 -> half-width 2.484138 * .1.
-    assert hi - mean == pytest.approx(0.2484138, abs=1e-5)
-    assert statistics.paired_difference_ci([1.0, 2.0], [0.5, 1.5])[0] == pytest.approx(0.5)
-    with pytest.raises(ValueError):
-        statistics.paired_difference_ci(treat, pd.Series([0.1, 0.2, 0.3], index=[0, 1, 5]))
-    with pytest.raises(ValueError):
-        statistics.paired_difference_ci([1.0, 2.0], [1.0])
+def test_bootstrap_over_prompts_matches_the_binomial_standard_error():
+    # One seed, 400 prompts at 0.4: the interval's half-width is about 1.96 * sqrt(0.4 * 0.6 / 400) = 0.048.
+    flags = [[1.0] * 160 + [0.0] * 240]
+    mean, lo, hi = statistics.bootstrap_mean_ci(flags, 4000, 0)
+    assert mean == pytest.approx(0.4) and (hi - lo) / 2 == pytest.approx(0.048, abs=0.006)
+
+
+def test_bootstrap_interval_covers_the_true_mean_about_95_percent_of_the_time():
+    rng = np.random.default_rng(0)
+    trials = 300
+    # 3 seeds whose accuracies differ (sd 0.03) on 100 prompts each: both sources of noise.
+    covered = 0
+    for trial in range(trials):
+        seed_means = 0.5 + rng.normal(0, 0.03, size=3)
+        table = (rng.random((3, 100)) < seed_means[:, None]).astype(float)
+        _, lo, hi = statistics.bootstrap_mean_ci(table, 500, [1, trial])
+        covered += lo <= 0.5 <= hi
+    # Three seeds make a percentile bootstrap of the seed effect somewhat narrow; it still covers most draws.
+    assert 0.8 <= covered / trials <= 0.99
+
+
+def test_split_coverage_distribution_matches_theory_on_continuous_scores():
+    rng = np.random.default_rng(0)
+    scores = rng.random(160)
+    result = coverage.split_coverage_distribution(scores[:32], scores[32:], 0.2, 400, rng)
+    # n = 32, r = ceil(33 * 0.8) = 27: Beta(27, 6) has mean 27/33.
+    assert result["theory_mean"] == pytest.approx(27 / 33)
+    assert result["mean"] == pytest.approx(27 / 33, abs=0.02)
+    assert result["theory_q05"] < result["mean"] < result["theory_q95"]
+    assert result["within_theory_90"] >= 0.85 and result["repeats"] == 400
+
+
+def test_split_coverage_distribution_without_a_certifying_score_has_no_theory():
+    rng = np.random.default_rng(0)
+    result = coverage.split_coverage_distribution([0.5] * 4, [0.1, 0.9], 0.1, 10, rng)
+    # n = 4 cannot certify 0.9 coverage (r = 5 > 4): qhat = 1 covers everything.
+    assert result["mean"] == 1.0 and math.isnan(result["theory_mean"]) and math.isnan(result["within_theory_90"])
 
 
 @pytest.mark.parametrize("module", [accuracy, costs, coverage, matching, statistics], ids=lambda m: m.__name__)

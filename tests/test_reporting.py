@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cgrpo.pipeline import plots, reporting
+from cgrpo.pipeline import comparison, plots, reporting
 from cgrpo.pipeline.matching import match_group_size, nearest_admissible_g
 from cgrpo.pipeline.methods import setting_label
-from cgrpo.pipeline.statistics import mean_ci
+from cgrpo.pipeline.comparison import Resampling
 
 SEEDS = [0, 1, 2]
 GRID = [2, 4, 8, 16, 32]
@@ -22,6 +22,7 @@ CGRPO_SETTING = "grid 2-4-8-16-32, delta auto, recal 10"
 ACCURACY = {"cgrpo": [0.42, 0.45, 0.40], "G32": [0.43, 0.44, 0.42], "G4": [0.35, 0.37, 0.33], "G12": [0.39, 0.41, 0.38]}
 ROLLOUTS = {"cgrpo": [11.0, 12.5, 10.5], "G32": [32.0] * 3, "G4": [4.0] * 3, "G12": [12.0] * 3}
 STEPS = 12
+PROMPTS = 100
 
 
 def _run_record(method: str, seed: int, key: str, *, g: int | None = None, matched: bool = False) -> dict:
@@ -85,11 +86,24 @@ def _eval_record(run: str, accuracy: float) -> dict:
          "coverage_post_selection": 0.8}
         for mode, delta in (("auto", 0.27), (0.1, 0.1))
     ]
+    splits = [{"delta_mode": mode, "delta": delta, "k": k, "n_calibration": 128, "repeats": 200, "mean": 1 - delta,
+               "q05": 1 - delta - 0.05, "q95": 1 - delta + 0.05, "theory_mean": 1 - delta, "theory_q05": 1 - delta - 0.06,
+               "theory_q95": 1 - delta + 0.06, "within_theory_90": 0.93}
+              for mode, delta in (("auto", 0.27), (0.1, 0.1)) for k in GRID]
     return {
         "run": run, "eval_greedy_acc": accuracy, "eval_maj_acc": accuracy + 0.1,
         "maj_at_k": {str(k): accuracy for k in GRID}, "pass_at_k": {str(k): accuracy for k in GRID},
-        "mean_at_k": accuracy - 0.05, "conformal": conformal, "coverage": coverage, "eval_wall_s": 30.0,
+        "mean_at_k": accuracy - 0.05, "conformal": conformal, "coverage": coverage, "coverage_splits": splits,
+        "per_prompt": {"eval_greedy_acc": _flags(accuracy), "eval_maj_acc": _flags(accuracy + 0.1),
+                       "eval_mean_at_k": _flags(accuracy - 0.05)},
+        "eval_wall_s": 30.0,
     }
+
+
+def _flags(accuracy: float) -> list[float]:
+    """Per-prompt outcomes of PROMPTS eval prompts whose mean is `accuracy`."""
+    correct = round(accuracy * PROMPTS)
+    return [1.0] * correct + [0.0] * (PROMPTS - correct)
 
 
 def _write_json(path, record) -> str:
@@ -199,7 +213,7 @@ def test_summary_refuses_duplicate_runs():
 # --------------------------------------------------------------------------- across seeds
 
 
-def test_by_method_means_and_intervals_across_seeds(tables):
+def test_by_method_means_and_intervals_over_seeds_and_prompts(tables):
     by_method = tables["by_method"]
     assert list(by_method[["method", "setting"]].itertuples(index=False, name=None)) == [
         ("base", "base model"), ("cgrpo", CGRPO_SETTING), ("grpo", "G=12 (compute-matched)"), ("grpo", "G=32"),
@@ -207,40 +221,69 @@ def test_by_method_means_and_intervals_across_seeds(tables):
     ]
     row = by_method.set_index("setting").loc[CGRPO_SETTING]
     assert row["seeds"] == 3
-    mean, low, high = mean_ci(ACCURACY["cgrpo"])
-    assert row["greedy accuracy"] == pytest.approx(mean)
-    assert row["greedy accuracy 95% CI low"] == pytest.approx(low)
-    assert row["greedy accuracy 95% CI high"] == pytest.approx(high)
+    assert row["greedy accuracy"] == pytest.approx(np.mean(ACCURACY["cgrpo"]))
+    low, high = row["greedy accuracy 95% CI low"], row["greedy accuracy 95% CI high"]
+    # The prompts' noise dominates: 100 prompts at about 0.42 give a standard error near 0.05, far more than the
+    # seeds' spread (0.40-0.45).
+    assert low < row["greedy accuracy"] < high and 0.12 < high - low < 0.3
     assert row["rollouts per training prompt (incl. calibration)"] == pytest.approx(np.mean(ROLLOUTS["cgrpo"]))
+    # A cost has no prompts: its interval comes from the seeds alone, within their range.
+    rollouts = "rollouts per training prompt (incl. calibration)"
+    assert min(ROLLOUTS["cgrpo"]) <= row[f"{rollouts} 95% CI low"] < row[f"{rollouts} 95% CI high"] <= max(ROLLOUTS["cgrpo"])
     assert row["time savings incl. calibration"] == pytest.approx(np.mean(
         [1 - (104.0 + 3 * c + seed) / (100.0 + 96 + seed) for seed, c in enumerate(ROLLOUTS["cgrpo"])]))
     base = by_method.set_index("setting").loc["base model"]
     assert base["greedy accuracy"] == pytest.approx(0.30)
-    assert math.isnan(base["greedy accuracy 95% CI low"]) and math.isnan(base["training wall clock (s)"])
+    # The base model is one run, and still gets an interval, from its prompts.
+    assert base["greedy accuracy 95% CI low"] < 0.30 < base["greedy accuracy 95% CI high"]
+    assert math.isnan(base["training wall clock (s)"])
+
+
+def test_intervals_are_reproducible_and_follow_the_statistics_seed(experiment, tables):
+    again = reporting.build_tables(**experiment)
+    pd.testing.assert_frame_equal(again["by_method"], tables["by_method"])
+    other = reporting.build_tables(**experiment, seed=1)["by_method"]
+    column = "greedy accuracy 95% CI low"
+    assert not np.allclose(other[column].dropna(), tables["by_method"][column].dropna())
 
 
 def test_paired_differences_per_baseline(tables):
     paired = tables["paired"].set_index("baseline")
     assert set(paired.index) == {"GRPO G=32", "GRPO G=4", "GRPO G=12 (compute-matched)"}
     assert (paired["C-GRPO setting"] == CGRPO_SETTING).all() and (paired["paired seeds"] == 3).all()
-    differences = np.subtract(ACCURACY["cgrpo"], ACCURACY["G32"])
-    mean, low, high = mean_ci(differences)
     row = paired.loc["GRPO G=32"]
-    assert row["greedy accuracy difference"] == pytest.approx(mean)
-    assert row["greedy accuracy difference 95% CI low"] == pytest.approx(low)
-    assert row["greedy accuracy difference 95% CI high"] == pytest.approx(high)
+    assert row["greedy accuracy difference"] == pytest.approx(np.mean(np.subtract(ACCURACY["cgrpo"], ACCURACY["G32"])))
+    assert row["greedy accuracy difference 95% CI low"] < row["greedy accuracy difference"]
+    assert row["greedy accuracy difference"] < row["greedy accuracy difference 95% CI high"]
     rollouts = paired.loc["GRPO G=4", "rollouts per training prompt difference"]
     assert rollouts == pytest.approx(np.mean(ROLLOUTS["cgrpo"]) - 4)
     assert "training wall clock (s) difference" in paired
     wall = paired.loc["GRPO G=32", "wall clock (s, training + calibration) difference"]
     assert wall == pytest.approx(np.mean([3 * (c - 32) + 4.0 for c in ROLLOUTS["cgrpo"]]))
+    cpu = paired.loc["GRPO G=32", "CPU time (s, training + calibration) difference"]
+    assert cpu == pytest.approx(np.mean([2 * (c - 32) + 3.0 for c in ROLLOUTS["cgrpo"]]))
+
+
+def test_paired_intervals_pair_prompts(experiment):
+    # The same per-prompt outcomes on both sides, shifted prompt by prompt: paired, every resample differs by the
+    # same amount, so the interval has no width; unpaired, it would be as wide as the prompts' spread.
+    summary = reporting.summary_table(*(reporting.load_json(experiment[key]) for key in ("runs", "evals")))
+    runs = summary[summary["method"] != "base"]
+    outcomes = {run: {"eval_greedy_acc": [float(i % 2) for i in range(PROMPTS)]} for run in runs["run"]}
+    fixed = runs[runs["setting"] == "G=32"]["run"]
+    for run in fixed:
+        outcomes[run] = {"eval_greedy_acc": [float(i % 2) - 0.1 for i in range(PROMPTS)]}
+    paired = comparison.paired_table(runs, Resampling(outcomes, 500, 0), metrics={"eval_greedy_acc": "greedy"})
+    row = paired.set_index("baseline").loc["GRPO G=32"]
+    assert row["greedy difference"] == pytest.approx(0.1)
+    assert row["greedy difference 95% CI low"] == pytest.approx(0.1) == row["greedy difference 95% CI high"]
 
 
 def test_paired_uses_only_shared_seeds_and_only_its_own_match(tables):
     summary = tables["summary"]
     partial = summary[~((summary["setting"] == "G=4") & (summary["seed"] == 2))]
     other_match = [{"setting": "grid 2-4, delta 0.1, recal 0", "num_generations": 12}]
-    paired = reporting.paired_table(partial, other_match).set_index("baseline")
+    paired = comparison.paired_table(partial, _resampling(partial), other_match).set_index("baseline")
     assert paired.loc["GRPO G=4", "paired seeds"] == 2
     assert "GRPO G=12 (compute-matched)" not in paired.index
 
@@ -250,7 +293,8 @@ def test_paired_compares_cgrpo_with_every_dapo_setting(tables):
     grpo32 = summary[summary["setting"] == "G=32"]
     dapo = grpo32.assign(method="dapo", setting=setting_label({"method": "dapo", "num_generations": 32}),
                          run=grpo32["run"].str.replace("grpo", "dapo"))
-    paired = reporting.paired_table(pd.concat([summary, dapo], ignore_index=True)).set_index("baseline")
+    both = pd.concat([summary, dapo], ignore_index=True)
+    paired = comparison.paired_table(both, _resampling(both)).set_index("baseline")
     row, grpo_row = paired.loc["DAPO G=32, dynamic sampling"], paired.loc["GRPO G=32"]
     assert row["paired seeds"] == 3
     assert row["greedy accuracy difference"] == pytest.approx(grpo_row["greedy accuracy difference"])
@@ -258,7 +302,14 @@ def test_paired_compares_cgrpo_with_every_dapo_setting(tables):
 
 def test_paired_without_cgrpo_is_empty(tables):
     summary = tables["summary"]
-    assert reporting.paired_table(summary[summary["method"] != "cgrpo"]).empty
+    assert comparison.paired_table(summary[summary["method"] != "cgrpo"], _resampling(summary)).empty
+
+
+def _resampling(summary: pd.DataFrame) -> Resampling:
+    """Per-prompt outcomes that average to each run's summary accuracies."""
+    columns = comparison.PER_PROMPT_COLUMNS
+    return Resampling({run: {column: _flags(row[column]) for column in columns}
+                       for run, row in summary.set_index("run").iterrows()}, 500, 0)
 
 
 # --------------------------------------------------------------------------- conformal, steps, calibrations
@@ -295,15 +346,18 @@ def test_delta_sweep_orders_settings_by_delta_and_takes_coverage_at_each_runs_de
                                      eval_greedy_acc=lambda t: t["eval_greedy_acc"] + 0.1)
     fixed_conformal = as_fixed(conformal)
     fixed_conformal.loc[fixed_conformal["delta_mode"] == "0.1", "coverage_post_selection"] = 0.9
-    sweep = reporting.delta_sweep_table(pd.concat([summary, fixed]), pd.concat([conformal, fixed_conformal]),
-                                        pd.concat([calibrations, as_fixed(calibrations).assign(delta=0.1)]))
+    both = pd.concat([summary, fixed])
+    sweep = reporting.delta_sweep_table(both, pd.concat([conformal, fixed_conformal]),
+                                        pd.concat([calibrations, as_fixed(calibrations).assign(delta=0.1)]),
+                                        _resampling(both))
     assert sweep["delta_mode"].tolist() == ["0.1", "auto"]
     # auto: the mean of the deltas its calibrations chose (0.3, 0.25, 0.2 at steps 0, 5, 10).
     assert sweep["delta"].tolist() == pytest.approx([0.1, 0.25])
     assert sweep["nominal coverage"].tolist() == pytest.approx([0.9, 0.75])
     assert sweep["eval coverage at the run's delta"].tolist() == pytest.approx([0.9, 0.8])
+    # Per-prompt outcomes hold whole hundredths, as the accuracies do.
     assert sweep["greedy accuracy"].tolist() == pytest.approx([np.mean(ACCURACY["cgrpo"]) + 0.1,
-                                                               np.mean(ACCURACY["cgrpo"])])
+                                                               np.mean(ACCURACY["cgrpo"])], abs=0.005)
     low, high = sweep["greedy accuracy 95% CI low"], sweep["greedy accuracy 95% CI high"]
     assert (low < sweep["greedy accuracy"]).all() and (sweep["greedy accuracy"] < high).all()
     assert sweep["seeds"].tolist() == [3, 3]
@@ -351,7 +405,8 @@ def test_markdown_merges_intervals_and_hides_missing(tables):
     lines = text.splitlines()
     assert lines[0].startswith("| method") and set(lines[1]) <= set("|:-")
     assert "greedy accuracy [95% CI]" in lines[0] and "95% CI low" not in text
-    mean, low, high = mean_ci(ACCURACY["cgrpo"])
+    row = tables["by_method"].set_index("setting").loc[CGRPO_SETTING]
+    mean, low, high = (row[f"greedy accuracy{end}"] for end in ("", " 95% CI low", " 95% CI high"))
     assert f"{mean:.4g} [{low:.4g}, {high:.4g}]" in text
     assert "nan" not in text.lower()
 

@@ -125,7 +125,8 @@ def test_vllm_evaluation_samples_each_purpose_from_its_own_seed(tiny_model_dir, 
     monkeypatch.setattr(evaluation, "load_llm", lambda path: ("engine on", path))
     monkeypatch.setattr(evaluation, "generate_completions_vllm", fake_vllm)
     settings = {"budget_grid": [2, 4], "score": "aps", "temperature": 1.0, "max_new_tokens": 4, "batch_size": 4,
-                "deltas": [0.5], "delta_margin": 0.05, "split_delta": False}
+                "deltas": [0.5], "delta_margin": 0.05, "split_delta": False, "coverage_splits": 20,
+                "statistics_seed": 0}
     spec = {"run": "base", "task": {"name": "arithmetic", "options": {}}, "model": tiny_model_dir,
             "splits": str(tmp_path / "splits"), "seed": 3}
     records = []

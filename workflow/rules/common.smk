@@ -124,7 +124,7 @@ def cgrpo_setting_records(wildcards):
     ]
 
 
-TABLES = ["summary", "by_method", "paired", "coverage", "conformal", "delta_sweep"]
+TABLES = ["summary", "by_method", "paired", "coverage", "coverage_splits", "conformal", "delta_sweep"]
 PLOTS = ["pareto", "training_curves", "thresholds", "coverage", "delta_sweep"]
 
 

@@ -36,6 +36,13 @@ rule aggregate:
             labels={"table": "coverage"},
         ),
         coverage_md="results/{exp}/tables/coverage.md",
+        coverage_splits=report(
+            "results/{exp}/tables/coverage_splits.csv",
+            caption="../report/coverage_splits.rst",
+            category="Tables",
+            labels={"table": "coverage over re-splits"},
+        ),
+        coverage_splits_md="results/{exp}/tables/coverage_splits.md",
         conformal=report(
             "results/{exp}/tables/conformal.csv",
             caption="../report/conformal.rst",
@@ -62,6 +69,8 @@ rule aggregate:
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        statistics=config["statistics"],
     script:
         "../scripts/aggregate.py"
 

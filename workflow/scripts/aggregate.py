@@ -10,6 +10,8 @@ tables = build_tables(
     steps=[*snakemake.input.steps, *snakemake.input.matched_steps],
     evals=[*snakemake.input.evals, *snakemake.input.matched_evals],
     matched=snakemake.input.matched,
+    resamples=snakemake.params.statistics["bootstrap_resamples"],
+    seed=snakemake.params.statistics["seed"],
 )
 for name, table in tables.items():
     write_table(table, snakemake.output[name], snakemake.output.get(f"{name}_md"))

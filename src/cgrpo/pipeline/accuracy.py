@@ -102,6 +102,20 @@ def mean_accuracy(correct_per_prompt: Sequence[Sequence[bool]]) -> float:
     return float(np.mean(per_prompt))
 
 
+def per_prompt_accuracy(
+    greedy: Sequence[bool], correct_per_prompt: Sequence[Sequence[bool]], majority_correct: Sequence[bool]
+) -> dict[str, list[float]]:
+    """Each eval prompt's greedy, majority-vote and sampled (mean over its samples) accuracy, under the names of the
+    summary columns they average to, so that intervals can resample prompts as well as seeds."""
+    check_same_length(greedy, correct_per_prompt, "greedy", "correct_per_prompt")
+    check_same_length(greedy, majority_correct, "greedy", "majority_correct")
+    return {
+        "eval_greedy_acc": [float(flag) for flag in greedy],
+        "eval_maj_acc": [float(flag) for flag in majority_correct],
+        "eval_mean_at_k": [float(np.mean([bool(f) for f in flags])) for flags in correct_per_prompt],
+    }
+
+
 def greedy_accuracy(answers: Sequence[str | None], golds: Sequence[str]) -> float:
     """Fraction of prompts whose single (greedy) answer equals the gold; failed extractions are wrong."""
     check_nonempty(answers, "answers")

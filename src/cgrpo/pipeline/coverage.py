@@ -1,5 +1,6 @@
 """Coverage, kept as two separate quantities: per fixed budget k (what the split-conformal theorem bounds) and at
-the adaptively chosen k (post-selection, which the theorem does not cover)."""
+the adaptively chosen k (post-selection, which the theorem does not cover); and the spread of the per-k coverage over
+repeated calibration/eval splits, next to what the theorem predicts for it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
+from ..conformal import conformal_quantile
 from .checks import check_delta, check_nonempty, check_same_length, is_integer, score_array
 from .statistics import binomial_ci
 
-__all__ = ["coverage_at_k", "post_selection_coverage"]
+__all__ = ["coverage_at_k", "post_selection_coverage", "split_coverage_distribution"]
 
 
 def coverage_at_k(
@@ -101,4 +104,56 @@ def post_selection_coverage(
         "ci_low": ci_low,
         "ci_high": ci_high,
         "covered_by_theorem": False,
+    }
+
+
+def split_coverage_distribution(
+    calibration_scores_at_k: Sequence[float],
+    eval_scores_at_k: Sequence[float],
+    delta: float,
+    repeats: int,
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    """Per-k coverage over `repeats` random re-splits of the pooled calibration and eval prompts, against theory.
+
+    Each repeat draws, from the pooled scores already sampled (no new generation), as many calibration prompts as
+    there were, fits ``qhat = conformal_quantile(calibration, delta)`` and measures the coverage of the other prompts.
+    Split-conformal theory: with n calibration scores without ties and r = ceil((n + 1)(1 - delta)), the coverage of a
+    fresh prompt given the calibration draw is Beta(r, n + 1 - r), so the coverage of m eval prompts is
+    Beta-binomial(m, r, n + 1 - r) / m. Tied scores (unsolved prompts all score 1) can only raise coverage above it.
+
+    Returns keys ``repeats``, ``mean``, ``q05``, ``q95`` (the observed distribution), ``theory_mean``,
+    ``theory_q05``, ``theory_q95`` and ``within_theory_90`` (the share of repeats inside the theory's 90% range);
+    the theory keys are NaN where r > n (no score certifies 1 - delta: qhat = 1 covers everything by construction).
+    """
+    check_delta(delta)
+    calibration = score_array(calibration_scores_at_k, "calibration_scores_at_k")
+    evaluation = score_array(eval_scores_at_k, "eval_scores_at_k")
+    if calibration.size == 0 or evaluation.size == 0 or not is_integer(repeats) or repeats < 1:
+        raise ValueError("pass non-empty calibration and eval scores and a positive number of repeats.")
+    pooled = np.concatenate([calibration, evaluation])
+    n, m = calibration.size, evaluation.size
+    coverages = np.empty(repeats)
+    for i in range(repeats):
+        order = rng.permutation(pooled.size)
+        qhat = conformal_quantile(pooled[order[:n]], delta)
+        coverages[i] = np.mean(pooled[order[n:]] <= qhat)
+    rank = math.ceil((n + 1) * (1.0 - float(delta)) - 1e-9)
+    if rank > n:
+        theory = (math.nan, math.nan, math.nan)
+        within = math.nan
+    else:
+        counts = stats.betabinom(m, rank, n + 1 - rank)
+        low, high = counts.ppf(0.05) / m, counts.ppf(0.95) / m
+        theory = (rank / (n + 1), low, high)
+        within = float(np.mean((coverages >= low) & (coverages <= high)))
+    return {
+        "repeats": repeats,
+        "mean": float(coverages.mean()),
+        "q05": float(np.quantile(coverages, 0.05)),
+        "q95": float(np.quantile(coverages, 0.95)),
+        "theory_mean": theory[0],
+        "theory_q05": theory[1],
+        "theory_q95": theory[2],
+        "within_theory_90": within,
     }

@@ -27,6 +27,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -40,8 +41,9 @@ from .accuracy import (
     majority_answer,
     mean_accuracy,
     mean_pass_at_k,
+    per_prompt_accuracy,
 )
-from .coverage import coverage_at_k, post_selection_coverage
+from .coverage import coverage_at_k, post_selection_coverage, split_coverage_distribution
 from .sampling import generate_completions, generate_completions_vllm
 from .specs import EvaluationSpec
 from .splits import load_split
@@ -74,6 +76,12 @@ def evaluate_model(spec: EvaluationSpec | dict[str, Any], out_path: str | Path) 
     calibration_answers = _answers(task, sample(calibration_set["prompt"], "calibration"))
     record = {"run": spec.run, "eval_greedy_acc": greedy_accuracy(greedy, eval_golds)}
     record.update(fixed_k_metrics(eval_answers, eval_golds, settings["budget_grid"]))
+    largest = max(settings["budget_grid"])
+    record["per_prompt"] = per_prompt_accuracy(
+        [correct_flags([answer], gold)[0] for answer, gold in zip(greedy, eval_golds)],
+        [correct_flags(row, gold) for row, gold in zip(eval_answers, eval_golds)],
+        [correct_flags([majority_answer(row, largest)], gold)[0] for row, gold in zip(eval_answers, eval_golds)],
+    )
     record.update(conformal_metrics(eval_answers, eval_golds, calibration_answers, calibration_golds, settings,
                                     spec.seed))
     _write_record(record, start, out_path)
@@ -96,7 +104,11 @@ def _execution_record(task, sample, eval_set, calibration_set, settings: dict[st
     eval_passes = verifier_passes(task, eval_texts, eval_set, timeout_s)
     calibration_passes = verifier_passes(task, calibration_texts, calibration_set, timeout_s)
     record = {"run": spec.run, "eval_greedy_acc": mean_accuracy(greedy_passes)}
-    record.update(execution_fixed_k_metrics(eval_passes, _answers(task, eval_texts), settings["budget_grid"]))
+    programs = _answers(task, eval_texts)
+    record.update(execution_fixed_k_metrics(eval_passes, programs, settings["budget_grid"]))
+    largest = max(settings["budget_grid"])
+    record["per_prompt"] = per_prompt_accuracy([flags[0] for flags in greedy_passes], eval_passes,
+                                               majority_passes(eval_passes, programs, largest))
     record.update(conformal_metrics(eval_passes, None, calibration_passes, None, settings, spec.seed))
     return record
 
@@ -132,20 +144,22 @@ def execution_fixed_k_metrics(
     if len(passes) != len(programs):
         raise ValueError(f"Got passes of {len(passes)} prompts but programs of {len(programs)}; pass one list each.")
     largest = max(grid)
-
-    def majority_passes(k: int) -> float:
-        hits = 0
-        for flags, texts in zip(passes, programs):
-            winner = majority_answer(texts, k)
-            hits += winner is not None and flags[texts.index(winner)]
-        return hits / len(passes)
-
     return {
-        "eval_maj_acc": majority_passes(largest),
-        "maj_at_k": {k: majority_passes(k) for k in grid},
+        "eval_maj_acc": mean_accuracy([[flag] for flag in majority_passes(passes, programs, largest)]),
+        "maj_at_k": {k: mean_accuracy([[flag] for flag in majority_passes(passes, programs, k)]) for k in grid},
         "pass_at_k": {k: mean_pass_at_k(passes, k) for k in grid},
         "mean_at_k": mean_accuracy(passes),
     }
+
+
+def majority_passes(passes: list[list[bool]], programs: list[list[str | None]], k: int) -> list[bool]:
+    """Per prompt, whether the most frequent program among its first k samples passes (ties to the first seen;
+    samples without a program never win)."""
+    flags = []
+    for prompt_passes, texts in zip(passes, programs):
+        winner = majority_answer(texts, k)
+        flags.append(winner is not None and prompt_passes[texts.index(winner)])
+    return flags
 
 
 def fixed_k_metrics(answers: list[list[str | None]], golds: list[str], grid: list[int]) -> dict[str, Any]:
@@ -182,7 +196,9 @@ def conformal_metrics(answers, golds, calibration_answers, calibration_golds, se
         calibration = calibration_scores(score, grid, calibration_answers)
         eval_scores = calibration_scores(score, grid, answers)
         stopping_rng = golds = None
-    conformal, coverage = [], []
+    conformal, coverage, splits = [], [], []
+    # The re-splits are the analysis's draw, not the run's: every run is re-split with the same streams.
+    split_rng = np.random.default_rng(purpose_seed(settings["statistics_seed"], "coverage-splits"))
     for mode, thresholds in _threshold_sets(calibration, settings).items():
         summary = dynamic_k_summary(score, grid, thresholds.qhat, answers, stopping_rng, golds)
         post = post_selection_coverage(eval_scores, thresholds.qhat, summary["chosen_k"])
@@ -193,7 +209,11 @@ def conformal_metrics(answers, golds, calibration_answers, calibration_golds, se
             row = coverage_at_k(eval_scores[k], thresholds.qhat[k], thresholds.delta, thresholds.n_calibration)
             # qhat = 1 covers every prompt by construction; the coverage of the other budgets is the test.
             coverage.append({"delta_mode": mode, "k": k, "qhat": thresholds.qhat[k], **row})
-    return {"conformal": conformal, "coverage": coverage}
+            spread = split_coverage_distribution(calibration[k], eval_scores[k], thresholds.delta,
+                                                 settings["coverage_splits"], split_rng)
+            splits.append({"delta_mode": mode, "delta": thresholds.delta, "k": k, "n_calibration": len(calibration[k]),
+                           **spread})
+    return {"conformal": conformal, "coverage": coverage, "coverage_splits": splits}
 
 
 def purpose_seed(seed: int, purpose: str) -> int:

@@ -18,7 +18,7 @@ from matplotlib import ticker  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .methods import METHODS, method_label  # noqa: E402
-from .reporting import CI_HIGH, CI_LOW  # noqa: E402
+from .comparison import CI_HIGH, CI_LOW  # noqa: E402
 
 __all__ = ["plot_all", "plot_coverage", "plot_delta_sweep", "plot_pareto", "plot_thresholds", "plot_training_curves"]
 

@@ -8,10 +8,11 @@ evaluated model's eval JSON (see :func:`cgrpo.pipeline.evaluation.evaluate_model
 Tables:
 
 * ``summary``: one row per run (base model included) with its eval accuracy and its training cost;
-* ``by_method``: per method and setting, the mean and 95% interval across seeds;
-* ``paired``: C-GRPO minus each GRPO baseline, seed by seed;
+* ``by_method``: per method and setting, the mean and 95% bootstrap interval over seeds and eval prompts;
+* ``paired``: C-GRPO minus each baseline, seed by seed and prompt by prompt (`cgrpo.pipeline.comparison`);
 * ``coverage`` and ``conformal``: the per-budget coverage and the conformal dynamic-k results of every
-  evaluated model;
+  evaluated model; ``coverage_splits``: the spread of the per-budget coverage over repeated re-splits of its
+  calibration and eval prompts, against split-conformal theory;
 * ``steps`` and ``calibrations``: long tables behind the training-curve and threshold plots.
 """
 
@@ -26,61 +27,25 @@ from typing import Any
 
 import pandas as pd
 
-from .methods import METHODS, method_label, method_order, setting_label
+from .comparison import CI_HIGH, CI_LOW, Resampling, by_method_table, means_with_intervals, paired_table
+from .methods import method_order, setting_label
 from .specs import format_delta, parse_grid
-from .statistics import mean_ci, paired_difference_ci
 
 __all__ = [
-    "BY_METHOD_METRICS",
-    "PAIRED_METRICS",
     "SWEEP_METRICS",
     "build_tables",
-    "by_method_table",
     "calibrations_table",
     "conformal_table",
+    "coverage_splits_table",
     "coverage_table",
     "delta_sweep_table",
     "format_delta",
     "load_json",
     "markdown",
-    "paired_table",
     "steps_table",
     "summary_table",
     "write_table",
 ]
-
-CI_LOW, CI_HIGH = "95% CI low", "95% CI high"
-
-# summary column -> plain-language name in the by_method table.
-BY_METHOD_METRICS = {
-    "eval_greedy_acc": "greedy accuracy",
-    "eval_maj_acc": "majority-vote accuracy",
-    "eval_mean_at_k": "sampled accuracy (mean@k)",
-    "rollouts_per_prompt": "rollouts per training prompt (incl. calibration)",
-    "total_rollouts_generated": "rollouts generated (training + calibration)",
-    "total_wall_s": "wall clock (s, training + calibration)",
-    "train_mean_k": "mean group size k",
-    "train_rollout_savings": "rollout savings",
-    "train_rollout_savings_with_calibration": "rollout savings incl. calibration",
-    "time_savings": "time savings incl. calibration",
-    "total_cpu_s": "CPU time (s, training + calibration)",
-    "cpu_time_savings": "CPU time savings incl. calibration",
-    "train_tokens_generated": "training tokens generated",
-    "train_wall_s": "training wall clock (s)",
-    "generation_wall_s": "generation wall clock (s)",
-}
-
-# summary column -> plain-language name in the paired table.
-PAIRED_METRICS = {
-    "eval_greedy_acc": "greedy accuracy",
-    "eval_maj_acc": "majority-vote accuracy",
-    "eval_mean_at_k": "sampled accuracy (mean@k)",
-    "rollouts_per_prompt": "rollouts per training prompt",
-    "total_rollouts_generated": "rollouts generated",
-    "total_wall_s": "wall clock (s, training + calibration)",
-    "total_cpu_s": "CPU time (s, training + calibration)",
-    "train_wall_s": "training wall clock (s)",
-}
 
 # summary column -> plain-language name in the delta sweep table.
 SWEEP_METRICS = {
@@ -201,92 +166,6 @@ def _time_savings(table: pd.DataFrame, column: str) -> pd.Series:
     return 1 - pd.to_numeric(table[column], errors="coerce") / reference_time
 
 
-# --------------------------------------------------------------------------- across seeds
-
-
-def _interval(values: pd.Series) -> tuple[float, float, float]:
-    values = values.dropna()
-    if values.empty:
-        return math.nan, math.nan, math.nan
-    return mean_ci(values.astype(float))
-
-
-def _means_with_intervals(group: pd.DataFrame, metrics: Mapping[str, str]) -> dict[str, float]:
-    """Each metric's mean across the group's seeds under its plain name, and its interval's two ends beside it."""
-    row = {}
-    for column, name in metrics.items():
-        mean, low, high = _interval(pd.to_numeric(group[column], errors="coerce"))
-        row.update({name: mean, f"{name} {CI_LOW}": low, f"{name} {CI_HIGH}": high})
-    return row
-
-
-def by_method_table(summary: pd.DataFrame, metrics: Mapping[str, str] = BY_METHOD_METRICS) -> pd.DataFrame:
-    """Mean and 95% interval across seeds of each metric, per method and setting.
-
-    ``metrics`` maps summary columns to the plain-language column names used here; each gets a mean
-    column and ``95% CI low`` / ``95% CI high`` columns (Student t, via
-    :func:`cgrpo.pipeline.statistics.mean_ci`; empty with a single seed).
-    """
-    rows = [
-        {"method": method, "setting": setting, "seeds": len(group), **_means_with_intervals(group, metrics)}
-        for (method, setting), group in summary.groupby(["method", "setting"], sort=False)
-    ]
-    return pd.DataFrame(rows)
-
-
-def _baselines(summary: pd.DataFrame, cgrpo_setting: str,
-               matched: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
-    """(method, setting) of the runs C-GRPO's ``cgrpo_setting`` is compared with, in the registry's order: every
-    setting of every other method, except compute-matched runs matched to another C-GRPO setting."""
-    own_matches = {
-        setting_label({"method": "grpo", "num_generations": m["num_generations"], "compute_matched": True})
-        for m in matched
-        if m["setting"] == cgrpo_setting
-    }
-    others = summary[summary["method"].isin([m for m in METHODS if m != "cgrpo"])]
-    matched_rows = others["compute_matched"].fillna(False).astype(bool)
-    kept = others[~matched_rows | others["setting"].isin(own_matches)]
-    # Fixed-G runs before compute-matched ones, as in the summary's order within a method.
-    kept = kept.assign(_order=kept["method"].map(method_order), _matched=matched_rows[kept.index])
-    kept = kept.sort_values(["_order", "_matched"], kind="stable")
-    return list(dict.fromkeys(zip(kept["method"], kept["setting"])))
-
-
-def paired_table(
-    summary: pd.DataFrame,
-    matched: Sequence[Mapping[str, Any]] = (),
-    metrics: Mapping[str, str] = PAIRED_METRICS,
-) -> pd.DataFrame:
-    """C-GRPO minus each baseline, seed by seed, for each C-GRPO setting.
-
-    Baselines of a C-GRPO setting are every fixed-G GRPO setting, the compute-matched GRPO whose ``matched``
-    record (from :func:`cgrpo.pipeline.matching.match_group_size`) names that setting, and every DAPO setting. Only seeds run by both sides
-    are paired. Each metric gets the mean difference and its 95% interval
-    (:func:`cgrpo.pipeline.statistics.paired_difference_ci`).
-    """
-    rows = []
-    cgrpo = summary[summary["method"] == "cgrpo"]
-    for setting, treated in cgrpo.groupby("setting", sort=False):
-        treated = treated.set_index("seed")
-        for method, baseline in _baselines(summary, setting, matched):
-            base = summary[(summary["method"] == method) & (summary["setting"] == baseline)].set_index("seed")
-            seeds = treated.index.intersection(base.index)
-            if seeds.empty:
-                continue
-            row: dict[str, Any] = {
-                "C-GRPO setting": setting, "baseline": f"{method_label(method)} {baseline}",
-                "paired seeds": len(seeds)
-            }
-            for column, name in metrics.items():
-                diff, low, high = paired_difference_ci(
-                    treated.loc[seeds, column].astype(float), base.loc[seeds, column].astype(float)
-                )
-                label = f"{name} difference"
-                row.update({label: diff, f"{label} {CI_LOW}": low, f"{label} {CI_HIGH}": high})
-            rows.append(row)
-    return pd.DataFrame(rows, columns=None if rows else ["C-GRPO setting", "baseline", "paired seeds"])
-
-
 # --------------------------------------------------------------------------- conformal evaluation
 
 
@@ -310,6 +189,19 @@ def coverage_table(evals: Sequence[Mapping[str, Any]], summary: pd.DataFrame) ->
         return pd.DataFrame(columns=["run", "method", "setting", "seed", "delta_mode", "k", "coverage"])
     table = _run_columns(summary).merge(pd.DataFrame(rows), on="run", how="right")
     return table.sort_values(["run", "delta_mode", "k"], kind="stable").reset_index(drop=True)
+
+
+def coverage_splits_table(evals: Sequence[Mapping[str, Any]], summary: pd.DataFrame) -> pd.DataFrame:
+    """Per-budget coverage over repeated calibration/eval re-splits of every evaluated model, against theory.
+
+    One row per run, delta mode and budget k, from the eval record's ``coverage_splits``
+    (:func:`cgrpo.pipeline.coverage.split_coverage_distribution`): the observed mean and 5-95% range of the coverage
+    over the re-splits next to split-conformal theory's (Beta-binomial), and the share of re-splits inside the latter.
+    """
+    rows = [{"run": evaluation["run"], **row} for evaluation in evals for row in evaluation["coverage_splits"]]
+    if not rows:
+        return pd.DataFrame(columns=["run", "method", "setting", "seed", "delta_mode", "k", "mean"])
+    return _run_columns(summary).merge(pd.DataFrame(rows), on="run", how="right")
 
 
 def _histogram_text(histogram: Mapping[Any, int]) -> str:
@@ -341,11 +233,12 @@ def conformal_table(evals: Sequence[Mapping[str, Any]], summary: pd.DataFrame) -
     return _run_columns(summary).merge(pd.DataFrame(rows), on="run", how="right")
 
 
-def delta_sweep_table(summary: pd.DataFrame, conformal: pd.DataFrame, calibrations: pd.DataFrame) -> pd.DataFrame:
+def delta_sweep_table(summary: pd.DataFrame, conformal: pd.DataFrame, calibrations: pd.DataFrame,
+                      resampling: Resampling) -> pd.DataFrame:
     """C-GRPO against its miscoverage level: one row per C-GRPO setting, in order of delta.
 
     ``delta`` is the setting's fixed delta, or for ``auto`` the mean of the deltas its training calibrations chose.
-    Each metric of :data:`SWEEP_METRICS` gets its mean and 95% interval across seeds; the coverage is the eval's
+    Each metric of :data:`SWEEP_METRICS` gets its mean and 95% bootstrap interval (`cgrpo.pipeline.comparison`); the coverage is the eval's
     post-selection coverage at the run's own delta mode (empty when ``evaluation.deltas`` lacks that delta), next to
     the nominal ``1 - delta``.
     """
@@ -357,7 +250,7 @@ def delta_sweep_table(summary: pd.DataFrame, conformal: pd.DataFrame, calibratio
     for (setting, mode), group in runs.groupby(["setting", "delta_mode"], sort=False):
         delta = group["chosen_delta"].mean()
         rows.append({"setting": setting, "delta_mode": mode, "delta": delta, "nominal coverage": 1 - delta,
-                     "seeds": len(group), **_means_with_intervals(group, SWEEP_METRICS)})
+                     "seeds": len(group), **means_with_intervals(group, SWEEP_METRICS, resampling, setting)})
     columns = ["setting", "delta_mode", "delta", "nominal coverage", "seeds"]
     return pd.DataFrame(rows, columns=None if rows else columns).sort_values("delta", ignore_index=True)
 
@@ -433,13 +326,16 @@ def build_tables(
     steps: Sequence[str | Path],
     evals: Sequence[str | Path],
     matched: Sequence[str | Path] = (),
+    resamples: int = 2000,
+    seed: int = 0,
 ) -> dict[str, pd.DataFrame]:
     """Every table of the experiment from the pipeline's files.
 
     ``runs`` are ``run.json`` files, ``steps`` the ``steps.csv`` files (each belongs to the run whose
     ``run.json`` shares its folder), ``evals`` the eval JSONs (``"base"`` included) and ``matched``
-    the compute-matching records. Returns the tables ``summary``, ``by_method``, ``paired``,
-    ``coverage``, ``conformal``, ``delta_sweep``, ``steps`` and ``calibrations``.
+    the compute-matching records; ``resamples`` and ``seed`` drive the bootstrap of every interval. Returns the tables
+    ``summary``, ``by_method``, ``paired``, ``coverage``, ``coverage_splits``, ``conformal``, ``delta_sweep``,
+    ``steps`` and ``calibrations``.
     """
     run_records = load_json(runs)
     folders = {Path(path).parent: record["run"] for path, record in zip(runs, run_records)}
@@ -449,16 +345,18 @@ def build_tables(
     step_logs = {folders[Path(path).parent]: pd.read_csv(path) for path in steps}
     eval_records = load_json(evals)
     matched_records = load_json(matched)
+    resampling = Resampling({record["run"]: record["per_prompt"] for record in eval_records}, resamples, seed)
     summary = summary_table(run_records, eval_records)
     conformal = conformal_table(eval_records, summary)
     calibrations = calibrations_table(run_records)
     return {
         "summary": summary,
-        "by_method": by_method_table(summary),
-        "paired": paired_table(summary, matched_records),
+        "by_method": by_method_table(summary, resampling),
+        "paired": paired_table(summary, resampling, matched_records),
         "coverage": coverage_table(eval_records, summary),
+        "coverage_splits": coverage_splits_table(eval_records, summary),
         "conformal": conformal,
-        "delta_sweep": delta_sweep_table(summary, conformal, calibrations),
+        "delta_sweep": delta_sweep_table(summary, conformal, calibrations, resampling),
         "steps": steps_table([r for r in run_records if r["run"] in step_logs], step_logs),
         "calibrations": calibrations,
     }

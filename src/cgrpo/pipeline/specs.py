@@ -221,4 +221,6 @@ def evaluation_settings(config: Mapping[str, Any], trainer: Mapping[str, Any]) -
         "split_delta": bool(evaluation["split_delta"]),
         "backend": evaluation.get("backend", "hf"),
         "verifier_timeout_s": options.get("verifier_timeout_s", VERIFIER_TIMEOUT_S),
+        "coverage_splits": int(config["statistics"]["coverage_splits"]),
+        "statistics_seed": int(config["statistics"]["seed"]),
     }

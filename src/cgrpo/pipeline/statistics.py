@@ -1,17 +1,16 @@
-"""Confidence intervals: exact binomial for a coverage, Student t across seeds for the comparison tables."""
+"""Confidence intervals: exact binomial for a coverage, a bootstrap over seeds and prompts for the comparison tables."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
-import pandas as pd
 from scipy import stats
 
-from .checks import check_same_length
+from .checks import is_integer
 
-__all__ = ["binomial_ci", "mean_ci", "paired_difference_ci"]
+__all__ = ["binomial_ci", "bootstrap_mean_ci"]
 
 
 def binomial_ci(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -20,49 +19,39 @@ def binomial_ci(successes: int, n: int, confidence: float = 0.95) -> tuple[float
     return float(ci.low), float(ci.high)
 
 
-def mean_ci(values: Iterable[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """Mean and two-sided Student-t confidence interval ``(mean, lo, hi)`` across seeds.
+def bootstrap_mean_ci(
+    values: np.ndarray | Sequence[float] | Sequence[Sequence[float]],
+    resamples: int,
+    seed: int | Sequence[int],
+    confidence: float = 0.95,
+) -> tuple[float, float, float]:
+    """Mean of a seeds x prompts table and its percentile bootstrap interval ``(mean, lo, hi)``.
 
-    With a single value the interval is undefined and returned as
-    ``(value, nan, nan)``; identical values give a zero-width interval.
+    Each resample draws the training seeds (rows) with replacement and, independently, the eval prompts (columns)
+    with replacement, so the interval carries the noise of both; a one-dimensional ``values`` has one value per seed
+    (a cost, which has no prompts) and resamples seeds only. A table of differences between two methods' runs of the
+    same seeds on the same prompts gives the paired interval. With a single value the interval is undefined,
+    ``(value, nan, nan)``. ``seed`` seeds NumPy's generator (an integer or a sequence of integers).
     """
-    arr = np.asarray(list(values), dtype=float)
-    if arr.size == 0:
-        raise ValueError("values is empty; pass one value per seed.")
-    if not np.all(np.isfinite(arr)):
+    table = np.asarray(values, dtype=float)
+    table = table[:, None] if table.ndim == 1 else table
+    if table.ndim != 2 or table.size == 0:
+        raise ValueError("values must be a non-empty table of seeds x prompts, or one value per seed.")
+    if not np.all(np.isfinite(table)):
         raise ValueError("values contains NaN or inf; drop failed seeds before aggregating.")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}; pass e.g. 0.95.")
-    mean = float(arr.mean())
-    n = arr.size
-    if n == 1:
-        return mean, float("nan"), float("nan")
-    half = float(stats.t.ppf(0.5 + confidence / 2.0, df=n - 1) * arr.std(ddof=1) / math.sqrt(n))
-    return mean, mean - half, mean + half
-
-
-def paired_difference_ci(
-    treatment: pd.Series | Sequence[float],
-    baseline: pd.Series | Sequence[float],
-    confidence: float = 0.95,
-) -> tuple[float, float, float]:
-    """:func:`mean_ci` of per-seed differences ``treatment - baseline``.
-
-    Pandas Series are paired on their index (the seed), which must match
-    exactly; plain sequences are paired by position.
-    """
-    if isinstance(treatment, pd.Series) and isinstance(baseline, pd.Series):
-        if (
-            not treatment.index.is_unique
-            or not baseline.index.is_unique
-            or set(treatment.index) != set(baseline.index)
-        ):
-            raise ValueError(
-                "treatment and baseline seeds differ or repeat; pass one result per seed for the same seeds in both."
-            )
-        diff = treatment - baseline.loc[treatment.index]
-        return mean_ci(diff.to_numpy(dtype=float), confidence)
-    t = list(treatment)
-    b = list(baseline)
-    check_same_length(t, b, "treatment", "baseline")
-    return mean_ci(np.asarray(t, dtype=float) - np.asarray(b, dtype=float), confidence)
+    if not is_integer(resamples) or resamples < 1:
+        raise ValueError(f"resamples must be a positive integer, got {resamples!r}.")
+    mean = float(table.mean())
+    seeds, prompts = table.shape
+    if table.size == 1:
+        return mean, math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    seed_draws = rng.integers(0, seeds, size=(resamples, seeds))
+    prompt_draws = rng.integers(0, prompts, size=(resamples, prompts))
+    # per_seed[s, b]: seed s's mean over the prompts of resample b.
+    per_seed = table[:, prompt_draws].mean(axis=2)
+    means = per_seed[seed_draws, np.arange(resamples)[:, None]].mean(axis=1)
+    low, high = np.quantile(means, [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0])
+    return mean, float(low), float(high)
