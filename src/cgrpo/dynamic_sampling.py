@@ -62,6 +62,7 @@ from accelerate.utils import gather_object
 from trl import GRPOConfig, GRPOTrainer
 
 from .padding import checked_reward_funcs
+from .support import check_generation_batch_fits
 from .vllm_colocate import use_reloading_weight_sync
 
 logger = logging.getLogger(__name__)
@@ -603,6 +604,7 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
             raise TypeError("DynamicSamplingGRPOTrainer needs args=DynamicSamplingConfig(...), which carries the "
                             "dynamic sampling options.")
         check_supported(kwargs, "DynamicSamplingGRPOTrainer")
+        check_generation_batch_fits(args, train_dataset, "lower steps_per_generation or generation_batch_size")
         super().__init__(model=model, reward_funcs=checked_reward_funcs(reward_funcs), args=args,
                          train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=processing_class,
                          reward_processing_classes=reward_processing_classes, callbacks=callbacks,

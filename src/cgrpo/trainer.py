@@ -23,6 +23,7 @@ from .costs import rollout_savings
 from .dynamic_sampling import DynamicSampler
 from .padding import drop_padded_from_logs, keep_rows, log_length_stats, real_rows_only
 from .resume import load_state, save_state
+from .support import check_generation_batch_fits
 from .user_code import verify
 from .vllm_colocate import use_reloading_weight_sync
 
@@ -36,6 +37,10 @@ _UNSUPPORTED_ARGUMENTS = {
     "rollout_func": "a custom rollout function owns generation, so C-GRPO cannot sample in budget increments",
     "environment_factory": "environments own the rollout, so C-GRPO cannot sample in budget increments",
 }
+_GENERATION_BATCH_FIX = (
+    "lower min_generation_prompts (or set it to None for TRL's one generation batch per step), steps_per_generation "
+    "or generation_batch_size"
+)
 # TRL warns about every row whose rewards are all None; padded rows are such rows by design.
 _TRL_ALL_NONE_WARNING = "All reward functions returned None"
 
@@ -50,8 +55,8 @@ class CGRPOTrainer(GRPOTrainer):
 
     Every prompt of a generation batch is sampled in increments along `args.budget_grid` (2, then 2 more, then 4 more,
     ...), one generation call per increment for all prompts still active. A generation batch spans
-    `args.steps_per_generation` optimizer steps, chosen from `args.min_generation_prompts` so that these calls cover
-    many prompts: on small batches a call costs its latency, not its rows. A prompt stops at the first budget whose
+    `args.steps_per_generation` optimizer steps: one, as in TRL, by default; several with `args.min_generation_prompts`,
+    so that these calls cover many prompts (on small batches a call costs its latency, not its rows). A prompt stops at the first budget whose
     conformal prediction set over the answers drawn so far is a single answer (score `"aps"`), or, for the execution
     scores, at the first budget with a passing completion whose score is within the threshold. Thresholds `qhat_k`,
     one per budget, are fitted with the current policy on `calibration_dataset` before the first optimizer step and
@@ -137,6 +142,7 @@ class CGRPOTrainer(GRPOTrainer):
         if not isinstance(args, CGRPOConfig):
             raise TypeError("CGRPOTrainer needs args=CGRPOConfig(...), which carries the budget grid and conformal options.")
         _check_supported(kwargs)
+        check_generation_batch_fits(args, train_dataset, _GENERATION_BATCH_FIX)
         self._calibration_examples = _calibration_examples(calibration_dataset, args)
         _check_delta_supported(args, len(self._calibration_examples))
         _check_scoring(args, answer_extractor, verifier)
