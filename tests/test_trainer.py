@@ -233,8 +233,8 @@ def test_generation_batch_covers_min_generation_prompts(tmp_path, overrides, ste
 
 
 def test_trl_schedule_of_partial_groups_names_the_fix(tmp_path):
-    with pytest.raises(ValueError, match="raise per_device_train_batch_size to a multiple of it, or set "
-                                         "min_generation_prompts"):
+    with pytest.raises(ValueError, match="raise per_device_train_batch_size to a multiple of it for TRL's one "
+                                         "generation batch per step, or set min_generation_prompts"):
         CGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=GRID, per_device_train_batch_size=12)
 
 

@@ -8,7 +8,8 @@ from trl import GRPOConfig
 
 from .calibration import SCORES, training_grid
 from .conformal import DELTA_MARGIN
-from .dynamic_sampling import validate_dynamic_sampling
+from .sampler import validate_dynamic_sampling
+from .support import check_whole_groups, refuse_ignore_data_skip
 from .user_code import VERIFIER_TIMEOUT_S
 
 # Loss types TRL normalises by tokens: masked filler rows leave them exact as they are. The others (grpo, sapo,
@@ -174,23 +175,15 @@ class CGRPOConfig(GRPOConfig):
             else:
                 self.steps_per_generation = self._steps_per_generation_for(self.min_generation_prompts)
         super().__post_init__()
-        if self.ignore_data_skip:
-            raise ValueError(
-                "ignore_data_skip=True would resume without C-GRPO's saved state (thresholds, calibration, totals, "
-                "random streams), which transformers restores only along with the skipped batches; leave it False."
-            )
+        refuse_ignore_data_skip(self, "C-GRPO's saved state (thresholds, calibration, totals, random streams)")
         if self.steps_per_generation % self.gradient_accumulation_steps:
             raise ValueError(
                 f"steps_per_generation ({self.steps_per_generation}) must be a multiple of gradient_accumulation_steps "
                 f"({self.gradient_accumulation_steps}), so that each optimizer step's micro-batches come from one "
                 "generation batch; change one of them."
             )
-        if (self.per_device_train_batch_size * self.steps_per_generation) % self.max_budget:
-            raise ValueError(
-                f"per_device_train_batch_size * steps_per_generation ({self.per_device_train_batch_size} * "
-                f"{self.steps_per_generation}) must be a multiple of max(budget_grid) ({self.max_budget}) so that every "
-                "process holds whole groups; adjust the batch size."
-            )
+        check_whole_groups(self.per_device_train_batch_size, self.steps_per_generation, "steps_per_generation",
+                           self.max_budget, "max(budget_grid)", "adjust the batch size")
         validate_dynamic_sampling(self, self.max_sampling_rounds)
         if self.calibration_batch_size is None:
             generation_rows = self.per_device_train_batch_size * self.steps_per_generation
@@ -211,14 +204,10 @@ class CGRPOConfig(GRPOConfig):
         return steps
 
     def _check_trl_schedule_holds_whole_groups(self) -> None:
-        rows = self.per_device_train_batch_size * self.gradient_accumulation_steps
-        if rows % self.max_budget:
-            raise ValueError(
-                f"per_device_train_batch_size * gradient_accumulation_steps ({self.per_device_train_batch_size} * "
-                f"{self.gradient_accumulation_steps}) must be a multiple of max(budget_grid) ({self.max_budget}) for "
-                "TRL's one generation batch per step to hold whole groups; raise per_device_train_batch_size to a "
-                "multiple of it, or set min_generation_prompts to share a generation batch over several steps."
-            )
+        check_whole_groups(self.per_device_train_batch_size, self.gradient_accumulation_steps,
+                           "gradient_accumulation_steps", self.max_budget, "max(budget_grid)",
+                           "raise per_device_train_batch_size to a multiple of it for TRL's one generation batch per "
+                           "step, or set min_generation_prompts to share a generation batch over several steps")
 
     def _validate_budget_grid(self) -> None:
         self.budget_grid = training_grid(self.budget_grid)
