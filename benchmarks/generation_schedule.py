@@ -201,7 +201,7 @@ def timed_training(trainer: GRPOTrainer) -> tuple[float, float]:
 
 def generated_tokens(trainer: GRPOTrainer) -> float:
     """Completion tokens a `CGRPOTrainer` or a `TimedGRPOTrainer` generated in training."""
-    totals = trainer.cgrpo_totals if hasattr(trainer, "cgrpo_totals") else trainer.generation_totals
+    totals = trainer.generation_totals
     return float(totals["train_tokens"])
 
 

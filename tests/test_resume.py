@@ -12,7 +12,6 @@ from datasets import Dataset
 from transformers import TrainerCallback
 
 from cgrpo import CGRPOConfig, CGRPOTrainer, DynamicSamplingGRPOTrainer
-from cgrpo.dynamic_sampling import state_file as dynamic_sampling_state_file
 from cgrpo.resume import state_file
 from test_dynamic_sampling import RecordingReward
 from test_dynamic_sampling import _config as dynamic_sampling_config
@@ -109,7 +108,7 @@ def uninterrupted(tiny_model_dir, tmp_path_factory):
 
 def test_resumed_run_equals_an_uninterrupted_one(tiny_model_dir, tmp_path, uninterrupted):
     resumed, checkpoint = _interrupted_and_resumed(partial(_trainer, tiny_model_dir), tmp_path)
-    saved = json.loads(state_file(checkpoint, 0).read_text())
+    saved = json.loads(state_file(checkpoint, "cgrpo", 0).read_text())
     assert saved["last_calibration_step"] == 2 and len(saved["calibration_history"]) == 2
     outcome = _outcome(resumed)
     # Calibrations at steps 0, 2 and 4: the one at 2 came from the checkpoint, the one at 4 ran after resuming.
@@ -128,7 +127,7 @@ def test_resumed_dynamic_sampling_run_equals_an_uninterrupted_one(tiny_model_dir
 
     resumed, checkpoint = _interrupted_and_resumed(make_trainer, tmp_path / "interrupted")
     outcome = _dynamic_sampling_outcome(resumed)
-    saved = json.loads(dynamic_sampling_state_file(checkpoint, 0).read_text())
+    saved = json.loads(state_file(checkpoint, "dynamic_sampling", 0).read_text())
     # Refills were drawn both before the checkpoint and after it, so the resumed run continued the stream.
     assert 0 < saved["stream_position"] < outcome["stream_position"]
     assert 0 < saved["totals"]["groups_dropped"] < outcome["totals"]["groups_dropped"]
@@ -141,6 +140,6 @@ def test_resumed_dynamic_sampling_run_equals_an_uninterrupted_one(tiny_model_dir
 def test_a_checkpoint_without_cgrpo_state_is_a_clear_error(tiny_model_dir, tmp_path):
     _trainer(tiny_model_dir, tmp_path, callbacks=[_StopAfter(SAVE_EVERY)]).train()
     checkpoint = tmp_path / f"checkpoint-{SAVE_EVERY}"
-    state_file(checkpoint, 0).unlink()
+    state_file(checkpoint, "cgrpo", 0).unlink()
     with pytest.raises(FileNotFoundError, match="holds no C-GRPO state"):
         _trainer(tiny_model_dir, tmp_path).train(resume_from_checkpoint=str(checkpoint))

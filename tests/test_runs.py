@@ -26,7 +26,7 @@ def _cgrpo_record(dynamic_totals: dict | None = None) -> dict:
     """The record of a C-GRPO run that sampled 10 groups of width 8 (40 real rows), plus 6 throwaway rows that kept two
     processes in lockstep, after an initial calibration of 32 rollouts."""
     totals = {"train_rollouts": 40, "train_tokens": 400, "groups": 10, "lockstep_rollouts": 6, "generation_s": 1.5}
-    trainer = SimpleNamespace(cgrpo_totals=totals, calibration_history=[], budget_histogram=Counter({2: 8, 8: 3}),
+    trainer = SimpleNamespace(cgrpo_totals=totals, generation_totals=totals, calibration_history=[], budget_histogram=Counter({2: 8, 8: 3}),
                               args=SimpleNamespace(num_generations=8, steps_per_generation=1),
                               state=SimpleNamespace(global_step=5), dynamic_totals=dynamic_totals)
     thresholds = Thresholds(delta=0.2, qhat={2: 1.0, 8: 0.9}, solve_rate=0.8, n_calibration=4)

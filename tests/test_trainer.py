@@ -202,22 +202,25 @@ def test_config_defaults(tmp_path):
     assert config.budget_grid == [2, 4, 8, 16, 32]
     assert config.num_generations == 32
     assert config.per_device_train_batch_size == 32
-    # One group per step: 16 steps share a generation batch of 16 prompts, and calibration calls are as wide.
-    assert config.min_generation_prompts == 16 and config.steps_per_generation == 16
-    assert config.generation_batch_size == 512 and config.calibration_batch_size == 16
+    # TRL's schedule: one generation batch (one group of 32) per optimizer step, and calibration calls as wide.
+    assert config.min_generation_prompts is None and config.steps_per_generation == 1
+    assert config.generation_batch_size == 32 and config.calibration_batch_size == 1
     assert config.conformal_delta is None and config.recalibrate_every == 50 and config.score == "aps"
 
 
 @pytest.mark.parametrize(
     ("overrides", "steps", "calibration_prompts"),
     [
+        # TRL's schedule by default: steps_per_generation is gradient_accumulation_steps.
+        ({}, 1, 2),
+        ({"gradient_accumulation_steps": 3}, 3, 6),
         # 12-row micro-batches of 8-wide groups: 12 steps is the first even count (whole groups) >= 16 prompts.
-        ({"per_device_train_batch_size": 12}, 12, 18),
-        ({"per_device_train_batch_size": 12, "gradient_accumulation_steps": 5}, 20, 30),
+        ({"per_device_train_batch_size": 12, "min_generation_prompts": 16}, 12, 18),
+        ({"per_device_train_batch_size": 12, "gradient_accumulation_steps": 5, "min_generation_prompts": 16}, 20, 30),
         ({"min_generation_prompts": 1}, 1, 2),
         ({"min_generation_prompts": 4, "gradient_accumulation_steps": 3}, 3, 6),
-        # TRL's own options win over C-GRPO's default.
-        ({"steps_per_generation": 2}, 2, 4),
+        # TRL's own options win over C-GRPO's.
+        ({"steps_per_generation": 2, "min_generation_prompts": 16}, 2, 4),
         ({"generation_batch_size": 48}, 3, 6),
     ],
 )
@@ -227,6 +230,12 @@ def test_generation_batch_covers_min_generation_prompts(tmp_path, overrides, ste
     assert config.steps_per_generation == steps
     assert (config.per_device_train_batch_size * steps) % config.max_budget == 0
     assert config.calibration_batch_size == calibration_prompts
+
+
+def test_trl_schedule_of_partial_groups_names_the_fix(tmp_path):
+    with pytest.raises(ValueError, match="raise per_device_train_batch_size to a multiple of it for TRL's one "
+                                         "generation batch per step, or set min_generation_prompts"):
+        CGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=GRID, per_device_train_batch_size=12)
 
 
 def test_invalid_trainer_arguments_raise(tiny_model_dir, tmp_path):

@@ -215,7 +215,7 @@ def test_policy_weights_reach_vllm_before_every_generation(colocate):
 
 def _stopping_on_greedy_answers(trainer, batch_examples) -> dict:
     """Calibrate and sample one batch in budget increments from a fresh stopping state; what it decided."""
-    trainer.state.global_step, trainer._rng = 0, random.Random("greedy")
+    trainer.state.global_step, trainer.cgrpo_state.stopping_rng = 0, random.Random("greedy")
     trainer.model.train()
     thresholds = trainer.calibrate()
     budgets, answers = [], []

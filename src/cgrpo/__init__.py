@@ -1,9 +1,9 @@
 """C-GRPO: conformal, per-prompt rollout budgets for GRPO post-training with TRL.
 
-The package is the trainer library: `CGRPOConfig` and `CGRPOTrainer` (`config`, `trainer`, `padding`) on the seeded
-conformal core they share with the evaluation (`conformal`, `calibration`), and DAPO's dynamic sampling for TRL's GRPO
-(`DynamicSamplingConfig`, `DynamicSamplingGRPOTrainer` in `dynamic_sampling`), which C-GRPO reuses with
-`drop_unanimous=True`. The experiment pipeline built on it lives in `cgrpo.pipeline`, which nothing here imports.
+The package is the trainer library: `CGRPOConfig` and `CGRPOTrainer` (`config`, `trainer`, `trainer_state`,
+`padding`) on the seeded conformal core they share with the evaluation (`conformal`, `calibration`), and DAPO's dynamic
+sampling for TRL's GRPO (`DynamicSamplingConfig`, `DynamicSamplingGRPOTrainer` in `dynamic_sampling`) on the sampler
+C-GRPO reuses with `drop_unanimous=True` (`sampler`). The trainers share one support layer (`support`). The experiment pipeline built on it lives in `cgrpo.pipeline`, which nothing here imports.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ from trl import GRPOConfig
 
 from .calibration import SCORES, training_grid
 from .conformal import DELTA_MARGIN
-from .dynamic_sampling import validate_dynamic_sampling
+from .sampler import validate_dynamic_sampling
+from .support import check_whole_groups, refuse_ignore_data_skip
 from .user_code import VERIFIER_TIMEOUT_S
 
 # Loss types TRL normalises by tokens: masked filler rows leave them exact as they are. The others (grpo, sapo,
@@ -48,19 +49,23 @@ class CGRPOConfig(GRPOConfig):
             code task's sandbox does. `None` waits forever.
         recalibrate_every (`int`, *optional*, defaults to `50`):
             Refit the thresholds with the current policy every this many optimizer steps; `0` calibrates once, before
-            the first step. Calibration runs when a generation batch starts, so with several steps per generation it
-            happens at the first generation batch at least this many steps after the previous one.
+            the first step. Calibration runs when a generation batch starts: under TRL's schedule (one generation
+            batch per optimizer step) at steps 0, N, 2N, ...; with a generation batch shared by S optimizer steps
+            (`min_generation_prompts`, `steps_per_generation`, `num_iterations`), batches start at steps 0, S, 2S,
+            ..., and a refit happens at the first of them at least N steps after the previous calibration.
         num_calibration_samples (`int` or `None`, *optional*, defaults to `None`):
             Number of calibration examples used at each calibration (the first ones); `None` uses them all.
-        min_generation_prompts (`int`, *optional*, defaults to `16`):
-            Fewest prompts (per process) that one generation batch covers. C-GRPO makes one generation call per
-            budget of the grid for all prompts of a generation batch still sampling, and a call's cost on small
-            batches is its latency, not its rows; covering many prompts keeps every call full. When neither
-            `steps_per_generation` nor `generation_batch_size` is set, `steps_per_generation` becomes the smallest
-            multiple of `gradient_accumulation_steps` whose generation batch holds this many whole groups, and
-            TRL's importance ratios correct the later steps' staleness. `1` keeps TRL's one generation per
-            optimizer step wherever a micro-batch holds whole groups; an explicit `steps_per_generation` or
-            `generation_batch_size` takes precedence.
+        min_generation_prompts (`int` or `None`, *optional*, defaults to `None`):
+            `None` keeps TRL's generation schedule: `steps_per_generation` as `GRPOConfig` sets it (one generation
+            batch per optimizer step), so training is as on-policy as with `GRPOTrainer`. An integer shares one
+            generation batch over several optimizer steps, for speed: C-GRPO makes one generation call per budget of
+            the grid for all prompts of a generation batch still sampling, and a call's cost on small batches is its
+            latency, not its rows, so covering many prompts keeps every call full. `steps_per_generation` then
+            becomes the smallest multiple of `gradient_accumulation_steps` whose generation batch holds at least this
+            many whole groups (per process). The cost is staleness: every step of a generation batch but the first
+            trains on completions of an older policy, which TRL's importance ratios correct only up to their
+            clipping. An explicit `steps_per_generation` or `generation_batch_size` takes precedence. The training set
+            must hold at least one generation batch of prompts, or the trainer refuses to start.
         calibration_batch_size (`int` or `None`, *optional*, defaults to `None`):
             Calibration prompts per generation call. `None` means the prompts of one generation batch,
             `per_device_train_batch_size * steps_per_generation // max(budget_grid)` (at least 1), so a calibration
@@ -115,17 +120,20 @@ class CGRPOConfig(GRPOConfig):
     )
     recalibrate_every: int = field(
         default=50,
-        metadata={"help": "Refit the thresholds every this many optimizer steps; 0 calibrates once before training."},
+        metadata={"help": "Refit the thresholds every this many optimizer steps (at the first generation batch due); 0 "
+                          "calibrates once before training."},
     )
     num_calibration_samples: int | None = field(
         default=None,
         metadata={"help": "Number of calibration examples used at each calibration; None uses the whole set."},
     )
-    min_generation_prompts: int = field(
-        default=16,
-        metadata={"help": "Fewest prompts per process in one generation batch, so that each budget round's generation "
-                          "call stays full; sets steps_per_generation when neither it nor generation_batch_size is "
-                          "given. 1 keeps TRL's one generation per optimizer step."},
+    min_generation_prompts: int | None = field(
+        default=None,
+        metadata={"help": "None keeps TRL's schedule (one generation batch per optimizer step). An integer shares one "
+                          "generation batch of at least this many prompts per process over several optimizer steps, so "
+                          "that each budget round's generation call stays full (faster), at the cost of training the "
+                          "later steps on completions of an older policy; it sets steps_per_generation when neither it "
+                          "nor generation_batch_size is given."},
     )
     calibration_batch_size: int | None = field(
         default=None,
@@ -162,25 +170,20 @@ class CGRPOConfig(GRPOConfig):
             )
         self._validate_conformal_options()
         if self.steps_per_generation is None and self.generation_batch_size is None:
-            self.steps_per_generation = self._steps_per_generation_for(self.min_generation_prompts)
+            if self.min_generation_prompts is None:
+                self._check_trl_schedule_holds_whole_groups()
+            else:
+                self.steps_per_generation = self._steps_per_generation_for(self.min_generation_prompts)
         super().__post_init__()
-        if self.ignore_data_skip:
-            raise ValueError(
-                "ignore_data_skip=True would resume without C-GRPO's saved state (thresholds, calibration, totals, "
-                "random streams), which transformers restores only along with the skipped batches; leave it False."
-            )
+        refuse_ignore_data_skip(self, "C-GRPO's saved state (thresholds, calibration, totals, random streams)")
         if self.steps_per_generation % self.gradient_accumulation_steps:
             raise ValueError(
                 f"steps_per_generation ({self.steps_per_generation}) must be a multiple of gradient_accumulation_steps "
                 f"({self.gradient_accumulation_steps}), so that each optimizer step's micro-batches come from one "
                 "generation batch; change one of them."
             )
-        if (self.per_device_train_batch_size * self.steps_per_generation) % self.max_budget:
-            raise ValueError(
-                f"per_device_train_batch_size * steps_per_generation ({self.per_device_train_batch_size} * "
-                f"{self.steps_per_generation}) must be a multiple of max(budget_grid) ({self.max_budget}) so that every "
-                "process holds whole groups; adjust the batch size."
-            )
+        check_whole_groups(self.per_device_train_batch_size, self.steps_per_generation, "steps_per_generation",
+                           self.max_budget, "max(budget_grid)", "adjust the batch size")
         validate_dynamic_sampling(self, self.max_sampling_rounds)
         if self.calibration_batch_size is None:
             generation_rows = self.per_device_train_batch_size * self.steps_per_generation
@@ -199,6 +202,12 @@ class CGRPOConfig(GRPOConfig):
         ):
             steps += self.gradient_accumulation_steps
         return steps
+
+    def _check_trl_schedule_holds_whole_groups(self) -> None:
+        check_whole_groups(self.per_device_train_batch_size, self.gradient_accumulation_steps,
+                           "gradient_accumulation_steps", self.max_budget, "max(budget_grid)",
+                           "raise per_device_train_batch_size to a multiple of it for TRL's one generation batch per "
+                           "step, or set min_generation_prompts to share a generation batch over several steps")
 
     def _validate_budget_grid(self) -> None:
         self.budget_grid = training_grid(self.budget_grid)
@@ -223,9 +232,9 @@ class CGRPOConfig(GRPOConfig):
             raise ValueError(f"recalibrate_every must be >= 0 (0 calibrates once), got {self.recalibrate_every}.")
         if self.num_calibration_samples is not None and self.num_calibration_samples < 1:
             raise ValueError(f"num_calibration_samples must be a positive integer or None, got {self.num_calibration_samples}.")
-        if self.min_generation_prompts < 1:
+        if self.min_generation_prompts is not None and self.min_generation_prompts < 1:
             raise ValueError(
-                f"min_generation_prompts must be a positive integer (1 keeps TRL's schedule), got "
+                f"min_generation_prompts must be a positive integer, or None for TRL's schedule, got "
                 f"{self.min_generation_prompts}."
             )
         if self.calibration_batch_size is not None and self.calibration_batch_size < 1:

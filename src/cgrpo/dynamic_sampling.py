@@ -1,490 +1,33 @@
-"""Dynamic sampling (DAPO): drop the groups whose rewards all agree and refill the batch with new prompts.
+"""Dynamic sampling (DAPO) for TRL's GRPO: `DynamicSamplingConfig` and `DynamicSamplingGRPOTrainer`.
 
-A GRPO group whose completions all get the same reward has zero advantage everywhere: it costs its rollouts and its
-forward and backward passes, and carries no policy gradient (with a row-normalised loss it even shrinks the gradient
-of the other groups). Dynamic sampling, as in DAPO, samples whole groups, drops those without reward variance, and
-keeps sampling new prompts until the generation batch holds as many informative groups as it was configured to hold,
-or a maximum number of rounds is reached.
-
-Two users share the machinery here, `DynamicSampler`:
-
-- `DynamicSamplingGRPOTrainer` (with `DynamicSamplingConfig`): TRL's `GRPOTrainer` with dynamic sampling.
-- `CGRPOTrainer` with `CGRPOConfig(drop_unanimous=True)`: the groups C-GRPO stops at unanimity are zero-variance ones
-  (unless another reward, say a format reward, still varies within them); they are dropped and refilled instead of
-  padded and trained on. A round there is C-GRPO's budget-grid sampling of one generation batch of prompts.
-
-What a *round* is: one generation call over `prompts_per_round` prompts (all processes together, each process its
-share), `num_generations` completions each, followed by one reward scoring of those completions. The first round of a
-generation batch holds the prompts TRL's dataloader gave for it, plus, when `prompts_per_round` is larger (DAPO's
-over-sampling, verl's `gen_batch_size`), further prompts; later rounds hold new prompts only. Prompts beyond the
-dataloader's come from a stream over the training set: a seeded permutation per pass (`args.seed`), the same on every
-process, each process taking its slice; so a run is deterministic under its seed, and the stream's position is part of
-the checkpoint.
-
-Which groups are dropped: a group is *zero-variance* when the reward TRL normalises within groups takes one value on
-all its scorable rows (rows where at least one reward function returned a number), that is, when its standard
-deviation is within `torch.isclose`'s tolerance of zero, the test behind TRL's own `frac_reward_zero_std`. With
-`multi_objective_aggregation="sum_then_normalize"` (TRL's default) that reward is the weighted sum of the reward
-functions (`reward_weights`); with `"normalize_then_sum"` it is the weighted sum of each function's reward normalised
-within the group. A group with fewer than two scorable rows is zero-variance too.
-
-Once the rounds stop, every process must hold the same number of groups (TRL gathers per-row tensors across
-processes): the informative groups found anywhere are shared out evenly, first found first kept, a process with more
-than its share handing the surplus to one with fewer (an all-gather of the token ids, texts and rewards of the groups
-that move). Each process's share is cut to a multiple of `rows_multiple` rows (TRL splits a generation batch evenly
-into `steps_per_generation` micro-batches); informative groups beyond the target, the even share or that cut are
-*surplus*, generated but not trained on. When no informative group is left after the cut, the batch is made of the
-fewest groups TRL can split, zero-variance ones included: they carry zero advantage, as in plain GRPO.
-
-The kept groups go through TRL's own batch construction, alone: their old-policy and reference log-probs, their
-advantages (with `scale_rewards="batch"`, the kept groups' standard deviation) and `num_items_in_batch` are computed
-over them, and no row of a dropped or surplus group reaches a forward pass. A batch short of its target (the rounds ran
-out) therefore has fewer rows rather than masked filler rows, and every loss type is exactly TRL's loss on a generation
-batch made of the kept groups: each loss normalises over the rows of a micro-batch or the tokens of the generation
-batch it is given, so in a short batch each kept row weighs more than in a full one, as its groups are all there is.
-Refill prompts are drawn independently of TRL's dataloader, so within an epoch a prompt can be sampled more than once.
+The trainer drops the groups whose rewards all agree and refills the generation batch with new prompts, through the
+sampler it shares with `CGRPOConfig(drop_unanimous=True)`: `cgrpo.sampler.DynamicSampler`, whose docstring says what a
+round is, which groups are dropped and how the kept ones are shared out and trained on. The sampler's names are
+re-exported here, where they lived first.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import math
-import random
-import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-import torch
-from accelerate.utils import gather_object
-from trl import GRPOConfig, GRPOTrainer
+from trl import GRPOConfig
 
 from .padding import checked_reward_funcs
-from .vllm_colocate import use_reloading_weight_sync
-
-logger = logging.getLogger(__name__)
-
-__all__ = ["DynamicSampler", "DynamicSamplingConfig", "DynamicSamplingGRPOTrainer", "SharePlan", "informative_groups",
-           "share_plan"]
-
-# TRL's `_generate` returns: prompt ids, completion ids, tool mask, completions, sampling logprobs (vLLM only), extra
-# fields, images, tool images. The per-row entries that a kept group carries along:
-_PROMPT_IDS, _COMPLETION_IDS, _COMPLETIONS, _LOGPROBS = 0, 1, 3, 4
-
-_UNSUPPORTED_ARGUMENTS = {
-    "tools": "tool calls run inside TRL's generation, whose per-row results dynamic sampling cannot regroup",
-    "rollout_func": "a custom rollout function owns generation, so dynamic sampling cannot run it in rounds",
-    "environment_factory": "environments own the rollout, so dynamic sampling cannot run it in rounds",
-}
-
-TOTALS_KEYS = (
-    "train_rollouts", "train_tokens", "generation_s", "rounds", "generation_batches", "short_batches",
-    "groups_sampled", "groups_kept", "groups_dropped", "groups_surplus", "groups_zero_variance_trained",
-    "groups_moved", "refill_prompts",
+from .sampler import (
+    TOTALS_KEYS,
+    DynamicSampler,
+    PromptStream,
+    SharePlan,
+    informative_groups,
+    share_plan,
+    validate_dynamic_sampling,
 )
+from .support import SupportedGRPOTrainer, refuse_ignore_data_skip
 
-
-# ---------------------------------------------------------------------- the filter
-def informative_groups(
-    rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int,
-    aggregation: str = "sum_then_normalize",
-) -> torch.Tensor:
-    """Which groups carry reward variance: a bool per group of `group_size` consecutive rows.
-
-    `rewards_per_func` is TRL's (rows, reward functions) matrix, NaN where a function returned None (and for C-GRPO's
-    padded rows). The reward tested is the one TRL normalises within groups (see the module docstring); rows where
-    every function returned None are left out; a group is informative when at least two rows remain and their
-    standard deviation is not close to zero (`torch.isclose`, as TRL's `frac_reward_zero_std`).
-    """
-    if rewards_per_func.size(0) % group_size:
-        raise ValueError(f"{rewards_per_func.size(0)} reward rows do not split into groups of {group_size}.")
-    # In double precision: a float32 mean of equal weighted rewards (1.0 + 0.2) can miss them by a rounding error,
-    # whose standard deviation (1e-7) torch.isclose would not call zero.
-    rewards_per_func = rewards_per_func.double()
-    weights = weights.to(rewards_per_func.device, rewards_per_func.dtype)
-    grouped = rewards_per_func.view(-1, group_size, rewards_per_func.size(1))
-    unscorable = torch.isnan(grouped).all(dim=2)
-    if aggregation == "normalize_then_sum":
-        mean, std = _nan_mean_std(grouped, dim=1)
-        grouped = (grouped - mean) / (std + 1e-4)
-    elif aggregation != "sum_then_normalize":
-        raise ValueError(f"Unknown multi_objective_aggregation {aggregation!r}; expected 'sum_then_normalize' or "
-                         "'normalize_then_sum'.")
-    rewards = (grouped * weights).nansum(dim=2).masked_fill(unscorable, math.nan)
-    std = _nan_mean_std(rewards, dim=1)[1].squeeze(1)
-    return ~torch.isnan(std) & ~torch.isclose(std, torch.zeros_like(std))
-
-
-def _nan_mean_std(values: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """NaN-ignoring mean and sample standard deviation along `dim`, kept as a size-1 dimension (std NaN below 2)."""
-    present = ~torch.isnan(values)
-    count = present.sum(dim=dim, keepdim=True)
-    mean = values.nansum(dim=dim, keepdim=True) / count.clamp(min=1)
-    squares = torch.where(present, (values - mean) ** 2, torch.zeros_like(values)).sum(dim=dim, keepdim=True)
-    std = (squares / (count - 1).clamp(min=1)).sqrt()
-    return mean, torch.where(count >= 2, std, torch.full_like(std, math.nan))
-
-
-# ---------------------------------------------------------------------- the prompt stream
-class PromptStream:
-    """Indices into the training set, one seeded permutation per pass, the same sequence on every process.
-
-    `position` (indices handed out so far) is all the state there is: the permutation of pass `e` is rebuilt from
-    `seed` and `e`.
-    """
-
-    def __init__(self, size: int, seed: int):
-        if size < 1:
-            raise ValueError("The training set is empty; dynamic sampling needs prompts to refill from.")
-        self.size, self.seed, self.position = size, seed, 0
-        self._order: tuple[int, list[int]] | None = None
-
-    def take(self, count: int) -> list[int]:
-        taken: list[int] = []
-        while len(taken) < count:
-            epoch, offset = divmod(self.position, self.size)
-            order = self._permutation(epoch)[offset : offset + count - len(taken)]
-            taken.extend(order)
-            self.position += len(order)
-        return taken
-
-    def _permutation(self, epoch: int) -> list[int]:
-        if self._order is None or self._order[0] != epoch:
-            order = list(range(self.size))
-            random.Random(f"{self.seed}-dynamic-sampling-{epoch}").shuffle(order)
-            self._order = (epoch, order)
-        return self._order[1]
-
-
-# ---------------------------------------------------------------------- sharing groups out over processes
-@dataclass(frozen=True)
-class SharePlan:
-    """How the informative groups found by all processes become equal batches.
-
-    `share`: groups each process trains on. `moves`: (source process, index among the source's informative groups,
-    destination process) for each group that changes process. `zero_variance`: per process, the zero-variance groups it
-    trains on (only when `fallback`). `found`: informative groups found; `kept`: those trained on.
-    """
-
-    share: int
-    moves: list[tuple[int, int, int]]
-    zero_variance: list[int]
-    found: int
-    kept: int
-    fallback: bool
-
-
-def share_plan(counts: Sequence[int], local_target: int, unit: int = 1) -> SharePlan:
-    """Share out the informative groups found on each process (`counts`) so that every process trains on as many.
-
-    The share is at most `local_target` (the groups a process's generation batch holds), at most the groups found
-    divided by the number of processes, and a multiple of `unit` (so that TRL splits the rows evenly into
-    micro-batches). Each process keeps its own informative groups up to the share; a process short of it takes the
-    others' surplus, in process order, then sampling order. When the share would be 0 (fewer informative groups than
-    processes times `unit`), it is `unit` instead, every informative group is trained on, and a process still short
-    trains on its own zero-variance groups, which have zero advantage.
-    """
-    processes, found = len(counts), sum(counts)
-    share = min(local_target, found // processes) // unit * unit
-    fallback = share == 0
-    share = share or unit
-    surplus = [(k, j) for k in range(processes) for j in range(share, counts[k])]
-    moves, zero_variance = [], []
-    for k in range(processes):
-        need = share - min(counts[k], share)
-        taken, surplus = surplus[:need], surplus[need:]
-        moves += [(src, j, k) for src, j in taken]
-        zero_variance.append(need - len(taken))
-    return SharePlan(share=share, moves=moves, zero_variance=zero_variance, found=found,
-                     kept=min(found, share * processes), fallback=fallback)
-
-
-# ---------------------------------------------------------------------- the sampler
-@dataclass
-class _Group:
-    """One sampled group on this process: its example, its rows in TRL's `_generate` layout, and its rewards."""
-
-    example: dict[str, Any]
-    prompt_ids: list
-    completion_ids: list
-    completions: list
-    logprobs: list | None
-    padded: list[bool]
-    extras: dict[str, list] = field(default_factory=dict)
-    rewards: torch.Tensor | None = None  # (rows, reward functions), on the CPU
-    informative: bool = False
-
-
-GenerateRound = Callable[[list[dict[str, Any]]], tuple[tuple, Sequence[bool] | None]]
-
-
-class DynamicSampler:
-    """Runs the generation rounds of one generation batch, keeps the informative groups and replays them to TRL.
-
-    The trainer that owns it calls `sample(inputs, generate_round)` at the start of `_generate_and_score_completions`
-    and passes the returned examples to TRL's `_generate_and_score_completions`; its `_generate` then returns
-    `take_replay()` (the kept groups' generations) and its `_calculate_rewards` returns `take_rewards()` (their rewards,
-    computed once, in the round that sampled them), so TRL builds the batch from the kept groups alone.
-
-    Args:
-        trainer: the `GRPOTrainer` subclass that owns it (its accelerator, train set, reward weights and metrics).
-        rows_multiple: every process keeps a multiple of this many rows (the kept groups times `num_generations`).
-        prompts_per_round: prompts per round, all processes together; `None` means the prompts of one generation
-            batch.
-        max_rounds: most rounds per generation batch.
-
-    Attributes:
-        totals (`dict[str, float]`): running totals over the run (all processes unless said): `train_rollouts` and
-            `train_tokens` (every rollout and completion token generated in training, dropped and surplus groups
-            included; padded C-GRPO rows excluded), `generation_s` (seconds in generation calls, this process),
-            `rounds`, `generation_batches`, `short_batches` (generation batches that ended with fewer informative
-            groups than the target), `groups_sampled`, `groups_kept` (informative groups trained on),
-            `groups_dropped` (zero-variance groups not trained on), `groups_surplus` (informative groups not trained
-            on), `groups_zero_variance_trained` (zero-variance groups trained on when no informative group was left),
-            `groups_moved` (groups handed from one process to another) and `refill_prompts` (prompts drawn beyond the
-            dataloader's). `groups_sampled` is the sum of the four kinds of groups.
-    """
-
-    def __init__(self, trainer: GRPOTrainer, rows_multiple: int = 1, prompts_per_round: int | None = None,
-                 max_rounds: int = 4):
-        self.trainer = trainer
-        self.group_size = trainer.num_generations
-        # Kept groups per process come in multiples of this, so that they fill `rows_multiple`-row multiples.
-        self.unit = rows_multiple // math.gcd(rows_multiple, self.group_size)
-        self.prompts_per_round = prompts_per_round
-        self.max_rounds = max_rounds
-        self.totals: dict[str, float] = dict.fromkeys(TOTALS_KEYS, 0.0)
-        dataset = trainer.train_dataset
-        refills = max_rounds > 1 or (prompts_per_round or 0) > trainer.args.generation_batch_size // self.group_size
-        if refills and (dataset is None or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__")):
-            raise NotImplementedError(
-                "Dynamic sampling refills the batch with prompts drawn from train_dataset by index, which an iterable "
-                "dataset does not allow; pass a map-style datasets.Dataset, or set max_sampling_rounds=1 without "
-                "over-sampling."
-            )
-        self.stream = PromptStream(len(dataset), trainer.args.seed) if refills else None
-        self._replay: tuple | None = None
-        self._rewards: torch.Tensor | None = None
-
-    # ------------------------------------------------------------------ what the trainer's hooks call
-    def take_replay(self) -> tuple | None:
-        """The kept groups' generations in TRL's `_generate` layout, once; None when nothing is pending."""
-        replay, self._replay = self._replay, None
-        return replay
-
-    def take_rewards(self) -> torch.Tensor | None:
-        """The kept groups' rewards, gathered over processes as TRL's `_calculate_rewards` returns them, once."""
-        rewards, self._rewards = self._rewards, None
-        return None if rewards is None else self.trainer.accelerator.gather(rewards)
-
-    def clear(self) -> None:
-        self._replay = self._rewards = None
-
-    # ------------------------------------------------------------------ the rounds
-    def sample(self, inputs: list[dict[str, Any]], generate_round: GenerateRound) -> tuple[list[dict], list[bool]]:
-        """Sample rounds until the batch holds its informative groups; return the kept rows' examples and pad flags.
-
-        `inputs` is this process's generation batch from TRL's dataloader (each example repeated `num_generations`
-        times). `generate_round(examples)` generates one round for these rows and returns TRL's `_generate` tuple and
-        the rows' pad flags (None when no row is padded).
-        """
-        trainer, width = self.trainer, self.group_size
-        accelerator = trainer.accelerator
-        processes, rank = accelerator.num_processes, accelerator.process_index
-        if len(inputs) % width:
-            raise ValueError(f"The generation batch holds {len(inputs)} rows, not whole groups of {width}; make "
-                             "per_device_train_batch_size * steps_per_generation a multiple of num_generations.")
-        local_target = len(inputs) // width
-        target = local_target * processes
-        per_round = (self.prompts_per_round or target) // processes
-        weights = trainer.reward_weights
-        aggregation = getattr(trainer, "multi_objective_aggregation", "sum_then_normalize")
-        groups: list[_Group] = []
-        flags: list[torch.Tensor] = []  # per round: (processes, groups per process) informative flags
-        reward_sum, reward_rows = 0.0, 0
-        rows_tokens = torch.zeros(2, dtype=torch.float64)
-        rounds = refill = 0
-        while True:
-            rounds += 1
-            examples = list(inputs) if rounds == 1 else []
-            extra = per_round - len(examples) // width
-            if extra:
-                examples += self._draw(extra, processes, rank, keys=list(inputs[0]))
-                refill += extra * processes
-            start = time.perf_counter()
-            generated, pad_mask = generate_round(examples)
-            self.totals["generation_s"] += time.perf_counter() - start
-            pad = [False] * len(examples) if pad_mask is None else [bool(p) for p in pad_mask]
-            prompts = [example["prompt"] for example in examples]
-            rewards = trainer._calculate_rewards(examples, prompts, generated[_COMPLETIONS], generated[_COMPLETION_IDS])
-            extras = self._pop_pending_extras(len(examples))
-            informative = informative_groups(rewards, weights, width, aggregation)
-            flags.append(informative.view(processes, per_round).cpu())
-            combined = (rewards * weights.to(rewards.device)).nansum(dim=1)
-            scorable = ~torch.isnan(rewards).all(dim=1)
-            reward_sum += combined[scorable].sum().item()
-            reward_rows += int(scorable.sum().item())
-            local = rewards[rank * len(examples) : (rank + 1) * len(examples)].cpu()
-            groups.extend(self._split_groups(examples, generated, pad, extras, local, informative, rank, per_round))
-            rows_tokens += torch.tensor([sum(not p for p in pad),
-                                         sum(len(ids) for ids, p in zip(generated[_COMPLETION_IDS], pad) if not p)],
-                                        dtype=torch.float64)
-            found = int(torch.stack(flags).sum().item())
-            if found >= target or rounds >= self.max_rounds:
-                break
-        counts = torch.stack(flags).sum(dim=(0, 2)).tolist()  # informative groups per process
-        kept, plan = self._share_out(groups, [int(c) for c in counts], local_target, rank)
-        self._record(plan, rounds, refill, target, rows_tokens, reward_sum / max(reward_rows, 1))
-        return self._set_replay(kept)
-
-    def _draw(self, count: int, processes: int, rank: int, keys: list[str]) -> list[dict[str, Any]]:
-        """`count` new prompts for this process, each repeated `num_generations` times, from the shared stream."""
-        indices = self.stream.take(count * processes)[rank * count : (rank + 1) * count]
-        dataset = self.trainer.train_dataset
-        examples = []
-        for index in indices:
-            row = dataset[index]
-            # The dataloader's rows may lack columns (remove_unused_columns); TRL reads the keys of the first row.
-            example = {key: row[key] for key in keys if key in row}
-            examples.extend(dict(example) for _ in range(self.group_size))
-        return examples
-
-    def _pop_pending_extras(self, rows: int) -> dict[str, list]:
-        """Columns the reward functions logged for the completion table in this round (one value per row)."""
-        pending = getattr(self.trainer, "_pending_extra_logs", None)
-        if not pending:
-            return {}
-        extras = {column: [values[i] if i < len(values) else None for i in range(rows)]
-                  for column, values in pending.items()}
-        pending.clear()
-        return extras
-
-    def _split_groups(self, examples, generated, pad, extras, rewards, informative, rank, per_round) -> list[_Group]:
-        width = self.group_size
-        logprobs = generated[_LOGPROBS]
-        groups = []
-        for g in range(per_round):
-            rows = slice(g * width, (g + 1) * width)
-            group = _Group(
-                example=examples[g * width],
-                prompt_ids=list(generated[_PROMPT_IDS][rows]),
-                completion_ids=list(generated[_COMPLETION_IDS][rows]),
-                completions=list(generated[_COMPLETIONS][rows]),
-                logprobs=None if logprobs is None else list(logprobs[rows]),
-                padded=pad[rows],
-                extras={column: values[rows] for column, values in extras.items()},
-                rewards=rewards[rows].clone(),  # its own storage: a moved group pickles only its rows
-                informative=bool(informative[rank * per_round + g]),
-            )
-            groups.append(group)
-        return groups
-
-    # ------------------------------------------------------------------ sharing the groups out over processes
-    def _share_out(self, groups: list[_Group], counts: list[int], local_target: int, rank: int):
-        """This process's kept groups following `share_plan` (the same plan on every process), and the plan."""
-        plan = share_plan(counts, local_target, self.unit)
-        mine = [g for g in groups if g.informative]
-        kept = mine[: plan.share]
-        if plan.moves:
-            outgoing = {j: mine[j] for src, j, _ in plan.moves if src == rank}
-            arriving = {}
-            for k, part in enumerate(gather_object([outgoing])):
-                arriving.update({(k, j): group for j, group in part.items()})
-            kept += [arriving[(src, j)] for src, j, dst in plan.moves if dst == rank]
-        kept += [g for g in groups if not g.informative][: plan.zero_variance[rank]]
-        return kept, plan
-
-    def _record(self, plan: SharePlan, rounds: int, refill: int, target: int, rows_tokens: torch.Tensor,
-                sampled_reward: float) -> None:
-        trainer = self.trainer
-        device = trainer.accelerator.device
-        rollouts, tokens = trainer.accelerator.gather(rows_tokens.to(device).unsqueeze(0)).sum(dim=0).tolist()
-        sampled = rounds * (self.prompts_per_round or target)
-        found, kept, zero_variance = plan.found, plan.kept, sum(plan.zero_variance)
-        surplus = found - kept
-        dropped = sampled - found - zero_variance
-        short = kept < target
-        for key, value in (("train_rollouts", rollouts), ("train_tokens", tokens), ("rounds", rounds),
-                           ("generation_batches", 1), ("short_batches", int(short)), ("groups_sampled", sampled),
-                           ("groups_kept", kept), ("groups_dropped", dropped), ("groups_surplus", surplus),
-                           ("groups_zero_variance_trained", zero_variance),
-                           ("groups_moved", len(plan.moves)), ("refill_prompts", refill)):
-            self.totals[key] += value
-        metrics = trainer._metrics["train"]
-        for name, value in (("rollouts_generated", rollouts), ("tokens_generated", tokens), ("rounds", rounds),
-                            ("groups_sampled", sampled), ("groups_dropped", dropped), ("groups_surplus", surplus),
-                            ("informative_groups", kept), ("informative_rate", found / sampled),
-                            ("short_batch", float(short)), ("sampled_reward_mean", sampled_reward)):
-            metrics[f"dynamic/{name}"].append(float(value))
-        if short and trainer.accelerator.is_main_process:
-            what = (f"training on {kept} informative groups" if not plan.fallback else
-                    f"too few for a batch, so training on {plan.share} groups per process, {zero_variance} of them "
-                    "zero-variance (zero advantage)")
-            logger.warning(
-                "Dynamic sampling: %d informative groups of the %d the batch needs after %d rounds "
-                "(max_sampling_rounds=%d, %d groups sampled, %d dropped); %s.",
-                found, target, rounds, self.max_rounds, sampled, dropped, what,
-            )
-
-    def _set_replay(self, kept: list[_Group]) -> tuple[list[dict], list[bool]]:
-        """Stage the kept groups for TRL's pass and return their rows' examples and pad flags."""
-        trainer = self.trainer
-        examples = [dict(g.example) for g in kept for _ in range(self.group_size)]
-        logprobs = None if kept[0].logprobs is None else [lp for g in kept for lp in g.logprobs]
-        self._replay = (
-            [ids for g in kept for ids in g.prompt_ids],
-            [ids for g in kept for ids in g.completion_ids],
-            None,
-            [c for g in kept for c in g.completions],
-            logprobs,
-            {},
-            None,
-            [],
-        )
-        self._rewards = torch.cat([g.rewards for g in kept]).to(trainer.accelerator.device)
-        self._restore_pending_extras(kept)
-        return examples, [p for g in kept for p in g.padded]
-
-    def _restore_pending_extras(self, kept: list[_Group]) -> None:
-        """Put back the completion-table columns of the kept rows, for TRL to flush with the kept batch."""
-        pending = getattr(self.trainer, "_pending_extra_logs", None)
-        if pending is None:
-            return
-        local = sorted({column for g in kept for column in g.extras})
-        columns = sorted({c for part in gather_object([local]) for c in part})
-        for column in columns:
-            pending[column].extend(value for g in kept
-                                   for value in g.extras.get(column, [None] * self.group_size))
-
-    # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        return {"totals": dict(self.totals), "stream_position": None if self.stream is None else self.stream.position}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.totals.update(state["totals"])
-        if self.stream is not None and state.get("stream_position") is not None:
-            self.stream.position = int(state["stream_position"])
-
-    def save(self, folder: str | Path) -> None:
-        path = state_file(folder, self.trainer.accelerator.process_index)
-        path.write_text(json.dumps(self.state_dict(), indent=1) + "\n")
-
-    def load(self, folder: str | Path) -> None:
-        path = state_file(folder, self.trainer.accelerator.process_index)
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{path} is missing, so the checkpoint holds no dynamic sampling state; resume from a checkpoint "
-                "saved by a dynamic sampling run with save_only_model=False, or start the run afresh."
-            )
-        self.load_state_dict(json.loads(path.read_text()))
-
-
-def state_file(folder: str | Path, process_index: int) -> Path:
-    """Where process `process_index` keeps its dynamic sampling state inside checkpoint `folder`."""
-    return Path(folder) / f"dynamic_sampling_state_{process_index}.json"
-
+__all__ = ["TOTALS_KEYS", "DynamicSampler", "DynamicSamplingConfig", "DynamicSamplingGRPOTrainer", "PromptStream",
+           "SharePlan", "informative_groups", "share_plan", "validate_dynamic_sampling"]
 
 
 # ---------------------------------------------------------------------- the config
@@ -523,11 +66,7 @@ class DynamicSamplingConfig(GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.ignore_data_skip:
-            raise ValueError(
-                "ignore_data_skip=True would resume without dynamic sampling's saved state (refill stream position, "
-                "totals), which transformers restores only along with the skipped batches; leave it False."
-            )
+        refuse_ignore_data_skip(self, "dynamic sampling's saved state (refill stream position, totals)")
         validate_dynamic_sampling(self, self.max_sampling_rounds)
         batch_prompts = self.generation_batch_size // self.num_generations
         if self.prompts_per_round is None:
@@ -545,27 +84,11 @@ class DynamicSamplingConfig(GRPOConfig):
             )
 
 
-def validate_dynamic_sampling(config: GRPOConfig, max_sampling_rounds: int) -> None:
-    """The checks dynamic sampling needs of any GRPO config (shared with `CGRPOConfig(drop_unanimous=True)`)."""
-    if not isinstance(max_sampling_rounds, int) or isinstance(max_sampling_rounds, bool) or max_sampling_rounds < 1:
-        raise ValueError(
-            f"max_sampling_rounds must be a positive integer (1 drops zero-variance groups without refilling), got "
-            f"{max_sampling_rounds!r}."
-        )
-    rows = config.per_device_train_batch_size * config.steps_per_generation
-    if rows % config.num_generations:
-        raise ValueError(
-            f"per_device_train_batch_size * steps_per_generation ({config.per_device_train_batch_size} * "
-            f"{config.steps_per_generation}) must be a multiple of num_generations ({config.num_generations}) so "
-            "that every process holds whole groups, which dynamic sampling keeps or drops; adjust the batch size."
-        )
-
-
 # ---------------------------------------------------------------------- the trainer
-class DynamicSamplingGRPOTrainer(GRPOTrainer):
+class DynamicSamplingGRPOTrainer(SupportedGRPOTrainer):
     """TRL's `GRPOTrainer` with DAPO's dynamic sampling: zero-variance groups are dropped and the batch refilled.
 
-    Every generation batch is sampled in rounds (see the module docstring): each round generates whole groups of
+    Every generation batch is sampled in rounds (see `cgrpo.sampler`): each round generates whole groups of
     `num_generations` completions for `args.prompts_per_round` prompts and scores them with the reward functions; the
     groups whose rewards all agree are dropped, and rounds go on until the batch holds
     `generation_batch_size // num_generations` informative groups or `args.max_sampling_rounds` rounds have run (then
@@ -584,8 +107,8 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
     (informative groups found / groups sampled), `dynamic/short_batch` (1 when the rounds ran out first) and
     `dynamic/sampled_reward_mean` (mean reward over every sampled completion; TRL's `reward` describes the kept ones).
     `trainer.dynamic_totals` holds running totals (see `DynamicSampler.totals`), among them `train_rollouts`,
-    `train_tokens` and `generation_s` as C-GRPO's `cgrpo_totals` has them (also reachable as `generation_totals`,
-    the name the pipeline's GRPO baseline uses). TRL's own metrics keep their meaning per pass: `completions/*` and
+    `train_tokens` and `generation_s` as C-GRPO's `cgrpo_totals` has them (also `generation_totals`, the name every
+    trainer of the support layer, `cgrpo.support`, gives its generation costs). TRL's own metrics keep their meaning per pass: `completions/*` and
     `num_tokens` describe every completion generated (one entry per round), `reward`, `rewards/*`,
     `frac_reward_zero_std` and the completion table the kept groups. Checkpoints carry the totals and the
     position of the refill stream (`dynamic_sampling_state_<process>.json`).
@@ -594,28 +117,24 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
     and refill from an iterable dataset.
     """
 
-    _tag_names = ["trl", "grpo", "dynamic-sampling"]
+    _tag_names: ClassVar[list[str]] = ["trl", "grpo", "dynamic-sampling"]
+    unsupported_arguments: ClassVar[dict[str, str]] = {
+        "tools": "tool calls run inside TRL's generation, whose per-row results dynamic sampling cannot regroup",
+        "rollout_func": "a custom rollout function owns generation, so dynamic sampling cannot run it in rounds",
+        "environment_factory": "environments own the rollout, so dynamic sampling cannot run it in rounds",
+    }
+    text_only_reason = "image inputs are not carried through the refill rounds"
+    generation_batch_fix = "lower steps_per_generation or generation_batch_size"
 
-    def __init__(self, model, reward_funcs=None, args: DynamicSamplingConfig | None = None, train_dataset=None,
-                 eval_dataset=None, processing_class=None, reward_processing_classes=None, callbacks=None,
-                 optimizers=(None, None), **kwargs):
+    def __init__(self, model, reward_funcs=None, args: DynamicSamplingConfig | None = None, train_dataset=None, *more,
+                 **kwargs):
         if not isinstance(args, DynamicSamplingConfig):
             raise TypeError("DynamicSamplingGRPOTrainer needs args=DynamicSamplingConfig(...), which carries the "
                             "dynamic sampling options.")
-        check_supported(kwargs, "DynamicSamplingGRPOTrainer")
-        super().__init__(model=model, reward_funcs=checked_reward_funcs(reward_funcs), args=args,
-                         train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=processing_class,
-                         reward_processing_classes=reward_processing_classes, callbacks=callbacks,
-                         optimizers=optimizers, **kwargs)
-        if self._is_vlm:
-            raise NotImplementedError("DynamicSamplingGRPOTrainer supports text-only models: image inputs are not "
-                                      "carried through the refill rounds.")
-        # TRL's colocate weight sync fails on vLLM's packed CPU layers (see `cgrpo.vllm_colocate`).
-        use_reloading_weight_sync(self)
+        super().__init__(model, checked_reward_funcs(reward_funcs), args, train_dataset, *more, **kwargs)
         self._sampler = DynamicSampler(self, rows_multiple=args.steps_per_generation,
                                        prompts_per_round=args.prompts_per_round, max_rounds=args.max_sampling_rounds)
         self.dynamic_totals = self._sampler.totals
-        # The name under which `cgrpo.pipeline.timing.TimedGRPOTrainer` keeps the same three generation costs.
         self.generation_totals = self.dynamic_totals
 
     # Why: the rounds (generate, score, drop, refill) must run before TRL builds the batch, and TRL must build it from
@@ -643,22 +162,13 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
             return cached
         return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
-    # Why: a resumed run must continue the refill stream where it stopped and keep its totals; TRL saves and restores
-    # each process's RNG states in these two hooks, for every resumable checkpoint.
-    def _save_rng_state(self, output_dir: str) -> None:
-        super()._save_rng_state(output_dir)
-        self._sampler.save(output_dir)
+    # Why: a resumed run must continue the refill stream where it stopped and keep its totals.
+    def save_own_state(self, folder: Path) -> None:
+        self._sampler.save(folder)
 
-    def _load_rng_state(self, checkpoint: str | None) -> None:
-        super()._load_rng_state(checkpoint)
-        if checkpoint is not None:
-            self._sampler.load(checkpoint)
+    def load_own_state(self, folder: Path) -> None:
+        self._sampler.load(folder)
 
     def _generate_round(self, examples: list[dict[str, Any]]):
         return self._generate([example["prompt"] for example in examples]), None
 
-
-def check_supported(kwargs: dict[str, Any], trainer_name: str) -> None:
-    for name, why in _UNSUPPORTED_ARGUMENTS.items():
-        if kwargs.get(name) is not None:
-            raise NotImplementedError(f"{trainer_name} does not support {name}: {why}.")

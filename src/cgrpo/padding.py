@@ -6,11 +6,17 @@ function, appear in TRL's completion statistics or completion table, or weigh in
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
+
+# TRL warns about every row whose rewards are all None; padded rows are such rows by design.
+ALL_NONE_WARNING = "All reward functions returned None"
 
 
 def real_rows_only(func, pad_mask: Callable[[], Sequence[bool] | None]):
@@ -139,3 +145,50 @@ def _scatter_log_extra(log_extra, keep: list[int], rows: int):
         log_extra(column, _scatter(list(values), keep, rows))
 
     return scattered
+
+
+# Batch entries with one column per completion token; the importance-sampling ratio has one only at token level.
+_PER_TOKEN_KEYS = ("completion_ids", "completion_mask", "tool_mask", "old_per_token_logps", "ref_per_token_logps",
+                   "sampling_per_token_logps", "importance_sampling_ratio")
+
+
+def trim_completion_columns(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The micro-batch without the trailing completion columns that none of its rows' masks uses."""
+    mask = inputs["completion_mask"]
+    used = mask.any(dim=0).nonzero()
+    width = int(used.max().item()) + 1 if len(used) else 1
+    if width == mask.size(1):
+        return inputs
+    return {
+        key: value[:, :width]
+        if key in _PER_TOKEN_KEYS and torch.is_tensor(value) and value.dim() >= 2 and value.size(1) == mask.size(1)
+        else value
+        for key, value in inputs.items()
+    }
+
+
+def place_rows(full: torch.Tensor | None, values: torch.Tensor | None, rows: torch.Tensor, count: int,
+                width: int) -> torch.Tensor | None:
+    """Write per-token `values` of some rows into `full` (zeros of `count` x `width` made on first use)."""
+    if values is None:
+        return None
+    if full is None:
+        full = values.new_zeros((count, width))
+    full[rows, : values.size(1)] = values
+    return full
+
+
+class _AllNoneFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return ALL_NONE_WARNING not in str(record.msg)
+
+
+@contextlib.contextmanager
+def without_all_none_warning(trl_logger: logging.Logger) -> Iterator[None]:
+    """Silence TRL's warning about rows without rewards while padded rows are scored."""
+    quiet = _AllNoneFilter()
+    trl_logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        trl_logger.removeFilter(quiet)

@@ -8,7 +8,8 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 from accelerate.utils import gather_object
@@ -18,40 +19,45 @@ from trl import GRPOTrainer
 
 from .calibration import Thresholds, calibration_scores, fit_thresholds, should_stop
 from .config import TOKEN_NORMALIZED_LOSSES, CGRPOConfig
-from .conformal import smallest_supported_delta
 from .costs import rollout_savings
-from .dynamic_sampling import DynamicSampler
-from .padding import drop_padded_from_logs, keep_rows, log_length_stats, real_rows_only
-from .resume import load_state, save_state
-from .user_code import verify
-from .vllm_colocate import use_reloading_weight_sync
+from .padding import (
+    ALL_NONE_WARNING,
+    drop_padded_from_logs,
+    keep_rows,
+    log_length_stats,
+    place_rows,
+    real_rows_only,
+    trim_completion_columns,
+    without_all_none_warning,
+)
+from .resume import read_state, write_state
+from .sampler import DynamicSampler
+from .support import Generated, SupportedGRPOTrainer
+from .trainer_checks import (
+    calibration_examples,
+    check_initial_thresholds,
+    check_scoring,
+    reward_funcs_list,
+)
+from .trainer_state import CGRPOState
+from .user_code import completion_text, normalise_answer, verify
 
 logger = logging.getLogger(__name__)
 
 AnswerExtractor = Callable[[str], "str | None"]
 Verifier = Callable[..., Sequence[bool]]
 
-_UNSUPPORTED_ARGUMENTS = {
-    "tools": "tool calls turn one completion into several generation rounds, which the budget increments do not model",
-    "rollout_func": "a custom rollout function owns generation, so C-GRPO cannot sample in budget increments",
-    "environment_factory": "environments own the rollout, so C-GRPO cannot sample in budget increments",
-}
-# TRL warns about every row whose rewards are all None; padded rows are such rows by design.
-_TRL_ALL_NONE_WARNING = "All reward functions returned None"
+# The file name of C-GRPO's per-process state in a checkpoint.
+STATE_NAME = "cgrpo"
 
 
-class _DropPaddedRowWarning(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return _TRL_ALL_NONE_WARNING not in str(record.msg)
-
-
-class CGRPOTrainer(GRPOTrainer):
+class CGRPOTrainer(SupportedGRPOTrainer):
     """GRPO with a per-prompt rollout budget chosen by split-conformal prediction.
 
     Every prompt of a generation batch is sampled in increments along `args.budget_grid` (2, then 2 more, then 4 more,
     ...), one generation call per increment for all prompts still active. A generation batch spans
-    `args.steps_per_generation` optimizer steps, chosen from `args.min_generation_prompts` so that these calls cover
-    many prompts: on small batches a call costs its latency, not its rows. A prompt stops at the first budget whose
+    `args.steps_per_generation` optimizer steps: one, as in TRL, by default; several with `args.min_generation_prompts`,
+    so that these calls cover many prompts (on small batches a call costs its latency, not its rows). A prompt stops at the first budget whose
     conformal prediction set over the answers drawn so far is a single answer (score `"aps"`), or, for the execution
     scores, at the first budget with a passing completion whose score is within the threshold. Thresholds `qhat_k`,
     one per budget, are fitted with the current policy on `calibration_dataset` before the first optimizer step and
@@ -101,6 +107,7 @@ class CGRPOTrainer(GRPOTrainer):
             supported.
 
     Attributes:
+        cgrpo_state (`CGRPOState`): this process's C-GRPO state, checkpointed; the next four are views of it.
         thresholds (`Thresholds | None`): the thresholds in force.
         calibration_history (`list[dict]`): one record per calibration (step, delta, qhat, solve rate, cost).
         cgrpo_totals (`dict[str, float]`): generated rollouts and tokens in training and calibration (all processes),
@@ -108,11 +115,21 @@ class CGRPOTrainer(GRPOTrainer):
             spent in training generation and calibration, and the completions whose answer extractor or verifier
             raised (this process), which count as failed outcomes.
         budget_histogram (`collections.Counter[int]`): training groups (all processes) per budget they stopped at.
+        generation_totals (`dict[str, float]`): `cgrpo_totals` under the name every trainer of `cgrpo.support` has.
         dynamic_totals (`dict[str, float] | None`): with `drop_unanimous`, the dynamic sampling totals (rounds, groups
             sampled, kept, dropped, ...; see `cgrpo.dynamic_sampling.DynamicSampler`); None otherwise.
     """
 
-    _tag_names = ["trl", "grpo", "cgrpo"]
+    _tag_names: ClassVar[list[str]] = ["trl", "grpo", "cgrpo"]
+    unsupported_arguments: ClassVar[dict[str, str]] = {
+        "tools": "tool calls turn one completion into several generation rounds, which the budget increments do not "
+                 "model",
+        "rollout_func": "a custom rollout function owns generation, so C-GRPO cannot sample in budget increments",
+        "environment_factory": "environments own the rollout, so C-GRPO cannot sample in budget increments",
+    }
+    text_only_reason = "vision-language inputs are not split into budget increments"
+    generation_batch_fix = ("lower min_generation_prompts (or set it to None for TRL's one generation batch per "
+                            "step), steps_per_generation or generation_batch_size")
 
     def __init__(
         self,
@@ -120,13 +137,7 @@ class CGRPOTrainer(GRPOTrainer):
         reward_funcs=None,
         args: CGRPOConfig | None = None,
         train_dataset=None,
-        eval_dataset=None,
-        processing_class=None,
-        reward_processing_classes=None,
-        callbacks=None,
-        optimizers=(None, None),
-        peft_config=None,
-        *,
+        *more,
         calibration_dataset: Dataset,
         answer_extractor: AnswerExtractor | None = None,
         verifier: Verifier | None = None,
@@ -136,52 +147,53 @@ class CGRPOTrainer(GRPOTrainer):
     ):
         if not isinstance(args, CGRPOConfig):
             raise TypeError("CGRPOTrainer needs args=CGRPOConfig(...), which carries the budget grid and conformal options.")
-        _check_supported(kwargs)
-        self._calibration_examples = _calibration_examples(calibration_dataset, args)
-        _check_delta_supported(args, len(self._calibration_examples))
-        _check_scoring(args, answer_extractor, verifier)
+        self._calibration_examples = calibration_examples(calibration_dataset, args)
+        check_scoring(args, answer_extractor, verifier)
+        check_initial_thresholds(initial_thresholds, args)
         self.answer_extractor = answer_extractor
         self.verifier = verifier
-        self.thresholds: Thresholds | None = _check_initial_thresholds(initial_thresholds, args)
-        self.calibration_history: list[dict[str, Any]] = []
-        self.cgrpo_totals = dict.fromkeys(
-            ["train_rollouts", "train_tokens", "groups", "lockstep_rollouts", "calibration_rollouts",
-             "calibration_tokens", "generation_s", "calibration_s", "extraction_errors", "verifier_errors"], 0.0
-        )
-        self.budget_histogram: Counter[int] = Counter()
         self._lockstep_before_batch = 0.0
-        # Rollouts of the latest calibration, logged once, at the first step it serves.
-        self._unlogged_calibration_rollouts = None if initial_thresholds is None else initial_calibration_rollouts
         self._initial_calibration_rollouts = initial_calibration_rollouts
         self._pad_mask: list[bool] | None = None
         self._batch_examples: list[dict[str, Any]] = []
-        # Thresholds fitted beforehand (say by a pipeline step) stand in for the calibration before the first step.
-        self._last_calibration_step: int | None = None if initial_thresholds is None else 0
-        super().__init__(
-            model=model,
-            reward_funcs=[real_rows_only(f, lambda: self._pad_mask) for f in _as_list(reward_funcs)],
-            args=args,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            processing_class=processing_class,
-            reward_processing_classes=reward_processing_classes,
-            callbacks=callbacks,
-            optimizers=optimizers,
-            peft_config=peft_config,
-            **kwargs,
+        reward_funcs = [real_rows_only(f, lambda: self._pad_mask) for f in reward_funcs_list(reward_funcs)]
+        super().__init__(model, reward_funcs, args, train_dataset, *more, **kwargs)
+        # Thresholds fitted beforehand (say by a pipeline step) stand in for the calibration before the first step,
+        # and their rollouts are logged at the first step like a calibration's. Stopping decisions are local to each
+        # process; calibration draws come from a per-calibration seed instead, so that every process scores the
+        # gathered calibration set identically.
+        self.cgrpo_state = CGRPOState(
+            stopping_rng=random.Random(f"{args.seed}-sampling-{self.accelerator.process_index}"),
+            thresholds=initial_thresholds,
+            last_calibration_step=None if initial_thresholds is None else 0,
+            unlogged_calibration_rollouts=None if initial_thresholds is None else initial_calibration_rollouts,
         )
-        if self._is_vlm:
-            raise NotImplementedError(
-                "CGRPOTrainer supports text-only models: vision-language inputs are not split into budget increments."
-            )
-        use_reloading_weight_sync(self)
-        # Stopping decisions are local to each process; calibration draws come from a per-calibration seed instead,
-        # so that every process scores the gathered calibration set identically.
-        self._rng = random.Random(f"{args.seed}-sampling-{self.accelerator.process_index}")
         # C-GRPO's own filler rows keep micro-batches equal, so any number of kept groups splits evenly.
         self._dynamic = (DynamicSampler(self, rows_multiple=1, max_rounds=args.max_sampling_rounds)
                          if args.drop_unanimous else None)
         self.dynamic_totals = None if self._dynamic is None else self._dynamic.totals
+
+    # ------------------------------------------------------------------ the state, by its documented names
+    @property
+    def thresholds(self) -> Thresholds | None:
+        return self.cgrpo_state.thresholds
+
+    @property
+    def calibration_history(self) -> list[dict[str, Any]]:
+        return self.cgrpo_state.calibration_history
+
+    @property
+    def cgrpo_totals(self) -> dict[str, float]:
+        return self.cgrpo_state.totals
+
+    @property
+    def generation_totals(self) -> dict[str, float]:
+        # Every round's rollouts, dropped groups included, count here with `drop_unanimous` too.
+        return self.cgrpo_state.totals
+
+    @property
+    def budget_histogram(self) -> Counter[int]:
+        return self.cgrpo_state.budget_histogram
 
     # ------------------------------------------------------------------ TRL hooks
     # Why: calibration must run with the current policy right before the batch it serves, and the padded rows must
@@ -226,17 +238,12 @@ class CGRPOTrainer(GRPOTrainer):
             return cached
         if self._pad_mask is None:
             return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        trl_logger = logging.getLogger(GRPOTrainer.__module__)
-        quiet = _DropPaddedRowWarning()
-        trl_logger.addFilter(quiet)
-        try:
+        with without_all_none_warning(logging.getLogger(GRPOTrainer.__module__)):
             rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        finally:
-            trl_logger.removeFilter(quiet)
         padded = self.accelerator.gather(torch.tensor(self._pad_mask, device=rewards.device))
         rewards[padded] = torch.nan
         if torch.isnan(rewards[~padded]).all(dim=1).any():
-            logger.warning("%s for some real completions; they get no advantage.", _TRL_ALL_NONE_WARNING)
+            logger.warning("%s for some real completions; they get no advantage.", ALL_NONE_WARNING)
         return rewards
 
     # Why: TRL computes the old-policy log-probs (several steps per generation, vLLM importance sampling) and the
@@ -262,8 +269,8 @@ class CGRPOTrainer(GRPOTrainer):
             part = super()._get_per_token_logps_and_entropies(
                 model, input_ids[rows, :end], attention_mask[rows, :end], keep, None, *args[1:], **kwargs
             )
-            logps = _place_rows(logps, part[0], rows, len(self._pad_mask), logits_to_keep)
-            entropies = _place_rows(entropies, part[1], rows, len(self._pad_mask), logits_to_keep)
+            logps = place_rows(logps, part[0], rows, len(self._pad_mask), logits_to_keep)
+            entropies = place_rows(entropies, part[1], rows, len(self._pad_mask), logits_to_keep)
             aux_losses.append(part[2])
         aux_loss = None if aux_losses[0] is None else torch.stack(aux_losses).mean()
         return logps, entropies, aux_loss
@@ -279,7 +286,7 @@ class CGRPOTrainer(GRPOTrainer):
     # only of fillers would count as one more mean: the accumulation steps TRL divides by are lowered to the
     # micro-batches holding real rows, and the other loss terms are scaled back by the same factor.
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        inputs = _trim_completion_columns(inputs)
+        inputs = trim_completion_columns(inputs)
         if "filler_rows" not in inputs:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         inputs = {key: value for key, value in inputs.items() if key != "filler_rows"}
@@ -307,29 +314,25 @@ class CGRPOTrainer(GRPOTrainer):
         real = self.accelerator.gather(torch.tensor([local], device=device)).sum().item()
         return real / (accumulation * self.accelerator.num_processes) if real else 1.0
 
-    # Why: a preempted run resumes from its last checkpoint, and C-GRPO's own state (thresholds in force, calibration
-    # step and history, cost totals, stopping RNG) decides the rest of the run as much as TRL's. TRL saves and restores
-    # each process's RNG states in these two hooks, on every process, for every resumable checkpoint, right before the
-    # first step it resumes.
-    def _save_rng_state(self, output_dir: str) -> None:
-        super()._save_rng_state(output_dir)
-        save_state(self, output_dir)
+    # Why: C-GRPO's state decides the rest of a resumed run; with `drop_unanimous`, so does the sampler's.
+    def save_own_state(self, folder: Path) -> None:
+        write_state(folder, STATE_NAME, self.accelerator.process_index, self.cgrpo_state.to_dict())
         if self._dynamic is not None:
-            self._dynamic.save(output_dir)
+            self._dynamic.save(folder)
 
-    def _load_rng_state(self, checkpoint: str | None) -> None:
-        super()._load_rng_state(checkpoint)
-        if checkpoint is not None:
-            load_state(self, checkpoint)
-            if self._dynamic is not None:
-                self._dynamic.load(checkpoint)
+    def load_own_state(self, folder: Path) -> None:
+        state = read_state(folder, STATE_NAME, self.accelerator.process_index, "C-GRPO state")
+        self.cgrpo_state = CGRPOState.from_dict(state)
+        if self._dynamic is not None:
+            self._dynamic.load(folder)
 
     # ------------------------------------------------------------------ calibration
     def calibrate(self) -> Thresholds:
         """Fit one threshold per budget with the current policy on the calibration set, and put them in force."""
         start = time.perf_counter()
         scores, rollouts, tokens = self.score_calibration_set()
-        self.thresholds = fit_thresholds(scores, self.args.conformal_delta, self.args.delta_margin, self.args.split_delta)
+        self.cgrpo_state.thresholds = fit_thresholds(scores, self.args.conformal_delta, self.args.delta_margin,
+                                                     self.args.split_delta)
         self._record_calibration(rollouts, tokens, time.perf_counter() - start)
         return self.thresholds
 
@@ -362,15 +365,15 @@ class CGRPOTrainer(GRPOTrainer):
         return scores, len(examples) * budget, sum(gather_object([tokens]))
 
     def _calibration_due(self) -> bool:
-        if self._last_calibration_step is None:
+        if self.cgrpo_state.last_calibration_step is None:
             return True
         every = self.args.recalibrate_every
-        return every > 0 and self.state.global_step - self._last_calibration_step >= every
+        return every > 0 and self.state.global_step - self.cgrpo_state.last_calibration_step >= every
 
     def _record_calibration(self, rollouts: int, tokens: int, seconds: float) -> None:
-        self._last_calibration_step = self.state.global_step
+        self.cgrpo_state.last_calibration_step = self.state.global_step
         self.cgrpo_totals["calibration_rollouts"] += rollouts
-        self._unlogged_calibration_rollouts = rollouts
+        self.cgrpo_state.unlogged_calibration_rollouts = rollouts
         self.cgrpo_totals["calibration_tokens"] += tokens
         self.cgrpo_totals["calibration_s"] += seconds
         record = {"step": self.state.global_step, **self.thresholds.to_dict(), "rollouts": rollouts,
@@ -405,7 +408,7 @@ class CGRPOTrainer(GRPOTrainer):
             drawn = k
             if k < width:
                 qhat = self.thresholds.qhat[k]
-                active = [i for i in active if not should_stop(self.args.score, k, qhat, outcomes[i], self._rng)]
+                active = [i for i in active if not should_stop(self.args.score, k, qhat, outcomes[i], self.cgrpo_state.stopping_rng)]
         return self._pad_groups(rows)
 
     def _generate_rows(self, prompts: list, per_prompt: int, throwaway_prompt):
@@ -432,15 +435,15 @@ class CGRPOTrainer(GRPOTrainer):
             self.state.num_input_tokens_seen = tokens_seen
             metrics.clear()
             metrics.update(saved)
-        prompt_ids, completion_ids, _, completions, logprobs = output[:5]
-        logprobs = [None] * len(completion_ids) if logprobs is None else logprobs
-        return prompt_ids[:rows], completion_ids[:rows], completions[:rows], logprobs[:rows]
+        output = Generated(*output)
+        logprobs = [None] * len(output.completion_ids) if output.logprobs is None else output.logprobs
+        return output.prompt_ids[:rows], output.completion_ids[:rows], output.completions[:rows], logprobs[:rows]
 
     def _any_process_has(self, count: int) -> bool:
         return self.accelerator.gather(torch.tensor([count], device=self.accelerator.device)).sum().item() > 0
 
     def _outcomes(self, completions: list, example: dict[str, Any]) -> list:
-        texts = [_completion_text(c) for c in completions]
+        texts = [completion_text(c) for c in completions]
         if self.args.score == "aps":
             return [self._extract(text) for text in texts]
         columns = {key: value for key, value in example.items() if key != "prompt"}
@@ -449,7 +452,7 @@ class CGRPOTrainer(GRPOTrainer):
 
     def _extract(self, text: str) -> str | None:
         try:
-            return _normalise_answer(self.answer_extractor(text))
+            return normalise_answer(self.answer_extractor(text))
         except Exception as error:  # noqa: BLE001 - user code: an extractor that raises found no answer
             self._count_user_error("extraction_errors", error)
             return None
@@ -476,9 +479,7 @@ class CGRPOTrainer(GRPOTrainer):
             pad_mask.extend([False] * len(group) + [True] * len(padding))
         self._pad_mask = pad_mask
         self._log_budget_metrics([len(group) for group in rows], prompt_ids, completion_ids)
-        # TRL's `_generate` returns: prompt ids, completion ids, tool mask, completions, sampling logprobs (vLLM only),
-        # extra fields, images, tool images.
-        return prompt_ids, completion_ids, None, completions, logprobs if sampled_logprobs else None, {}, None, []
+        return Generated.of_rows(prompt_ids, completion_ids, completions, logprobs if sampled_logprobs else None)
 
     @property
     def _eos_ids(self) -> list[int]:
@@ -510,9 +511,9 @@ class CGRPOTrainer(GRPOTrainer):
         device, width = self.accelerator.device, self.args.max_budget
         real = [i for i, pad in enumerate(self._pad_mask) if not pad]
         ks = self.accelerator.gather(torch.tensor(kept, device=device)).float()
-        lengths = torch.tensor(sum(gather_object([[len(completion_ids[i]) for i in real]]), []), dtype=torch.float)
+        lengths = torch.tensor(_flat(gather_object([[len(completion_ids[i]) for i in real]])), dtype=torch.float)
         eos_and_pad = [*self._eos_ids, self._tokenizer.pad_token_id]
-        truncated = torch.tensor(sum(gather_object([[completion_ids[i][-1] not in eos_and_pad for i in real]]), []))
+        truncated = torch.tensor(_flat(gather_object([[completion_ids[i][-1] not in eos_and_pad for i in real]])))
         prompt_tokens = sum(gather_object([sum(len(prompt_ids[i]) for i in real)]))
         self.cgrpo_totals["train_rollouts"] += ks.sum().item()
         self.cgrpo_totals["train_tokens"] += lengths.sum().item()
@@ -534,9 +535,9 @@ class CGRPOTrainer(GRPOTrainer):
         metrics["cgrpo/tokens_generated"].append(lengths.sum().item())
         metrics["cgrpo/delta"].append(self.thresholds.delta)
         metrics["cgrpo/calibration_solve_rate"].append(self.thresholds.solve_rate)
-        if self._unlogged_calibration_rollouts is not None:
-            metrics["cgrpo/calibration_rollouts"].append(self._unlogged_calibration_rollouts)
-            self._unlogged_calibration_rollouts = None
+        if self.cgrpo_state.unlogged_calibration_rollouts is not None:
+            metrics["cgrpo/calibration_rollouts"].append(self.cgrpo_state.unlogged_calibration_rollouts)
+            self.cgrpo_state.unlogged_calibration_rollouts = None
         metrics["cgrpo/calibration_rollouts_total"].append(
             self._initial_calibration_rollouts + self.cgrpo_totals["calibration_rollouts"]
         )
@@ -545,98 +546,5 @@ class CGRPOTrainer(GRPOTrainer):
 
 
 # ---------------------------------------------------------------------- helpers
-def _as_list(reward_funcs) -> list:
-    if reward_funcs is None:
-        raise ValueError("CGRPOTrainer needs reward_funcs: pass at least one reward function or reward model.")
-    return list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
-
-
-def _check_supported(kwargs: dict[str, Any]) -> None:
-    for name, why in _UNSUPPORTED_ARGUMENTS.items():
-        if kwargs.get(name) is not None:
-            raise NotImplementedError(f"CGRPOTrainer does not support {name}: {why}.")
-
-
-def _check_initial_thresholds(thresholds: Thresholds | None, args: CGRPOConfig) -> Thresholds | None:
-    if thresholds is not None and sorted(thresholds.qhat) != args.budget_grid:
-        raise ValueError(
-            f"initial_thresholds cover budgets {sorted(thresholds.qhat)} but budget_grid is {args.budget_grid}; "
-            "fit them for the same grid."
-        )
-    return thresholds
-
-
-def _calibration_examples(dataset: Dataset, args: CGRPOConfig) -> list[dict[str, Any]]:
-    if dataset is None or len(dataset) == 0:
-        raise ValueError("calibration_dataset is required and must not be empty: pass held-out examples the policy never trains on.")
-    if "prompt" not in dataset.column_names:
-        raise ValueError(f"calibration_dataset needs a 'prompt' column; it has {dataset.column_names}.")
-    if args.score == "aps" and args.calibration_answer_column not in dataset.column_names:
-        raise ValueError(
-            f"calibration_dataset has no column {args.calibration_answer_column!r} for the gold answers; add it or set "
-            "calibration_answer_column."
-        )
-    size = len(dataset) if args.num_calibration_samples is None else args.num_calibration_samples
-    if size > len(dataset):
-        raise ValueError(f"num_calibration_samples ({size}) exceeds the calibration set ({len(dataset)} examples); lower it or pass more examples.")
-    return [dict(row) for row in dataset.select(range(size))]
-
-
-def _check_delta_supported(args: CGRPOConfig, n: int) -> None:
-    if args.conformal_delta is not None and args.conformal_delta < smallest_supported_delta(n):
-        raise ValueError(
-            f"conformal_delta={args.conformal_delta} is below 1/(n+1) = {smallest_supported_delta(n):.4f} for the "
-            f"n = {n} calibration examples, so no threshold could certify it; raise conformal_delta or calibrate on "
-            "more examples."
-        )
-
-
-def _check_scoring(args: CGRPOConfig, answer_extractor, verifier) -> None:
-    if args.score == "aps" and answer_extractor is None:
-        raise ValueError("score='aps' needs answer_extractor(text) -> str | None to compare answers; pass one.")
-    if args.score != "aps" and verifier is None:
-        raise ValueError(f"score={args.score!r} needs verifier(completions=..., **columns) -> list[bool]; pass one.")
-
-
-# Batch entries with one column per completion token; the importance-sampling ratio has one only at token level.
-_PER_TOKEN_KEYS = ("completion_ids", "completion_mask", "tool_mask", "old_per_token_logps", "ref_per_token_logps",
-                   "sampling_per_token_logps", "importance_sampling_ratio")
-
-
-def _trim_completion_columns(inputs: dict[str, Any]) -> dict[str, Any]:
-    """The micro-batch without the trailing completion columns that none of its rows' masks uses."""
-    mask = inputs["completion_mask"]
-    used = mask.any(dim=0).nonzero()
-    width = int(used.max().item()) + 1 if len(used) else 1
-    if width == mask.size(1):
-        return inputs
-    return {
-        key: value[:, :width]
-        if key in _PER_TOKEN_KEYS and torch.is_tensor(value) and value.dim() >= 2 and value.size(1) == mask.size(1)
-        else value
-        for key, value in inputs.items()
-    }
-
-
-def _place_rows(full: torch.Tensor | None, values: torch.Tensor | None, rows: torch.Tensor, count: int,
-                width: int) -> torch.Tensor | None:
-    """Write per-token `values` of some rows into `full` (zeros of `count` x `width` made on first use)."""
-    if values is None:
-        return None
-    if full is None:
-        full = values.new_zeros((count, width))
-    full[rows, : values.size(1)] = values
-    return full
-
-
-def _normalise_answer(answer) -> str | None:
-    if answer is None:
-        return None
-    answer = str(answer).strip()
-    return answer or None
-
-
-def _completion_text(completion) -> str:
-    if isinstance(completion, str):
-        return completion
-    return "".join(m["content"] for m in completion if isinstance(m.get("content"), str))
+def _flat(parts: list[list]) -> list:
+    return [value for part in parts for value in part]

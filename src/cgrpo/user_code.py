@@ -55,3 +55,18 @@ def verify(verifier, texts: list[str], columns: dict[str, Any], timeout_s: float
         raise ValueError(f"verifier returned {len(passes)} results for {len(texts)} completions; "
                          "return one bool per completion.")
     return [bool(p) for p in passes]
+
+
+def normalise_answer(answer) -> str | None:
+    """An answer extractor's output as compared with gold answers: stripped text, None when there is none."""
+    if answer is None:
+        return None
+    answer = str(answer).strip()
+    return answer or None
+
+
+def completion_text(completion) -> str:
+    """A completion's text, for plain and conversational (list of messages) completions alike."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(m["content"] for m in completion if isinstance(m.get("content"), str))

@@ -7,20 +7,19 @@ import time
 
 from trl import GRPOTrainer
 
-from ..vllm_colocate import use_reloading_weight_sync
+from ..support import Generated, SupportedGRPOTrainer
 
 
-class TimedGRPOTrainer(GRPOTrainer):
-    """TRL's `GRPOTrainer` whose `generation_totals` hold what `CGRPOTrainer.cgrpo_totals` holds for C-GRPO.
+class TimedGRPOTrainer(SupportedGRPOTrainer):
+    """TRL's `GRPOTrainer` whose `generation_totals` hold what `CGRPOTrainer.generation_totals` holds for C-GRPO.
 
     Keys: `train_rollouts` and `train_tokens` generated in training, and `generation_s`, the seconds spent generating
-    them. Evaluation-time generation is left out, as C-GRPO leaves it out.
+    them. Evaluation-time generation is left out, as C-GRPO leaves it out. Every `GRPOTrainer` argument and model
+    keeps working: the support layer adds only the vLLM weight sync.
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # TRL's colocate weight sync fails on vLLM's packed CPU layers (see `cgrpo.vllm_colocate`).
-        use_reloading_weight_sync(self)
         self.generation_totals = {"train_rollouts": 0, "train_tokens": 0, "generation_s": 0.0}
 
     # Why: the baseline's generated rollouts and generation seconds are the costs C-GRPO is compared with, and TRL
@@ -29,7 +28,7 @@ class TimedGRPOTrainer(GRPOTrainer):
         start = time.perf_counter()
         result = super()._generate(prompts)
         if self.model.training:
-            completion_ids = result[1]
+            completion_ids = Generated(*result).completion_ids
             self.generation_totals["generation_s"] += time.perf_counter() - start
             self.generation_totals["train_rollouts"] += len(completion_ids)
             self.generation_totals["train_tokens"] += sum(len(ids) for ids in completion_ids)
@@ -37,9 +36,8 @@ class TimedGRPOTrainer(GRPOTrainer):
 
 
 def generation_seconds(trainer: GRPOTrainer) -> float:
-    """Seconds a `CGRPOTrainer` or a `TimedGRPOTrainer` spent in training-time generation."""
-    totals = trainer.cgrpo_totals if hasattr(trainer, "cgrpo_totals") else trainer.generation_totals
-    return float(totals["generation_s"])
+    """Seconds any trainer of the support layer (`cgrpo.support`) spent in training-time generation."""
+    return float(trainer.generation_totals["generation_s"])
 
 
 def cpu_seconds() -> float:
