@@ -178,8 +178,9 @@ def test_enum_annotations_are_not_checked():
         # The smoke batch is 8 rows: groups of 16 (with one micro-batch per generation), 3 or 6 do not fit whole.
         ("cgrpo.trainer", {"steps_per_generation": 1}, "cgrpo.budget_grids has group size 16, but cgrpo's generation "
                                                        "batch of 8"),
-        ("grpo.num_generations", [8, 3], "grpo.num_generations has group size 3"),
-        ("dapo.num_generations", [6], "dapo.num_generations has group size 6"),
+        # Baselines train C-GRPO's prompts per step: 8 rows of 16-wide groups are half a prompt, 1.5 rows of G = 3.
+        ("grpo.num_generations", [3], "grpo.num_generations has group size 3, but C-GRPO trains 8/16 prompts"),
+        ("dapo.num_generations", [5], "dapo.num_generations has group size 5, but C-GRPO trains 8/16 prompts"),
     ],
 )
 def test_grids_and_batch_sizes(key, value, message):
@@ -190,9 +191,17 @@ def test_grids_and_batch_sizes(key, value, message):
     assert message in str(error.value)
 
 
-def test_cgrpo_picks_a_generation_batch_of_whole_groups_unless_told():
-    # CGRPOConfig sets steps_per_generation so that a generation batch holds min_generation_prompts whole groups.
-    planned(with_change("cgrpo.budget_grids", [[2, 4, 16]]))
+def test_every_method_shares_one_generation_schedule():
+    with pytest.raises(ConfigError, match="min_generation_prompts would give C-GRPO a generation schedule of its own; "
+                                          "set training.steps_per_generation instead"):
+        planned(with_change("cgrpo.options.min_generation_prompts", 16))
+    # A grid of 16-wide groups needs a generation batch of 16 rows for C-GRPO and 8 of GRPO at G = 8 (half a prompt
+    # per 8-row step): 2 steps per generation, for every method.
+    config = with_change("cgrpo.budget_grids", [[2, 4, 16]])
+    config["grpo"]["num_generations"] = [8]
+    config["dapo"]["num_generations"] = [16]
+    config["training"]["steps_per_generation"] = 2
+    planned(config)
 
 
 def test_batch_size_counts_every_micro_batch_of_a_generation():

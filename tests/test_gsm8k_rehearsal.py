@@ -70,11 +70,12 @@ def cpu_overrides(model_dir: Path, data_dir: Path) -> dict:
         "task": {"options": {"source": str(data_dir / "gsm8k_{split}.jsonl")}},
         "base_model": {"path": str(model_dir)},
         "splits": {"sizes": {"calibration": NUM_CALIBRATION}},
-        "training": {"max_steps": 2, "max_completion_length": 16, "use_cpu": True, "bf16": True},
-        # Steps scaled like max_steps (500 -> 2): a refit after the first step, as every 50 of 500. With 3 groups of
-        # 32 per step, min_generation_prompts 3 makes each step its own generation batch, where a refit can start.
+        # Steps scaled like max_steps (500 -> 2): a refit after the first step, as every 50 of 500. With one step per
+        # generation batch, every method's, each step starts a generation batch, where a refit can start.
+        "training": {"max_steps": 2, "max_completion_length": 16, "use_cpu": True, "bf16": True,
+                     "steps_per_generation": 1},
         # 10 of 12 calibration examples (200 of 500 configured): 1/(n + 1) <= 0.1, the fixed delta, needs n >= 9.
-        "cgrpo": {"recalibrate_every": [1], "options": {"num_calibration_samples": 10, "min_generation_prompts": 3}},
+        "cgrpo": {"recalibrate_every": [1], "options": {"num_calibration_samples": 10}},
         "evaluation": {"max_new_tokens": 16},
     }
 

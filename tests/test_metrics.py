@@ -380,36 +380,6 @@ def test_cost_errors():
         costs.rollouts_per_prompt(10, 0, [])
 
 
-@pytest.mark.parametrize(
-    "target,batch,allowed_min,expected",
-    [
-        (5, 16, 2, 4),  # divisors 2,4,8,16: |4-5| = 1 is closest
-        (6, 16, 2, 8),  # 4 and 8 both 2 away -> larger wins
-        (3, 16, 2, 4),  # 2 and 4 both 1 away -> larger wins
-        (1, 16, 2, 2),  # below the floor -> smallest admissible
-        (100, 12, 2, 12),  # above the batch -> the batch itself
-        (7.3, 24, 2, 8),  # divisors ...6,8,12...: |8-7.3| = 0.7 < 1.3
-        (2, 16, 3, 4),  # allowed_min = 3 excludes 2
-        (5, 7, 2, 7),  # 7 is prime: only G = 7
-    ],
-)
-def test_nearest_admissible_g(target, batch, allowed_min, expected):
-    assert matching.nearest_admissible_g(target, batch, allowed_min) == expected
-
-
-def test_nearest_admissible_g_errors():
-    with pytest.raises(ValueError):
-        matching.nearest_admissible_g(4, 1)  # no divisor >= 2
-    with pytest.raises(ValueError):
-        matching.nearest_admissible_g(0, 16)
-    with pytest.raises(ValueError):
-        matching.nearest_admissible_g(float("nan"), 16)
-    with pytest.raises(ValueError):
-        matching.nearest_admissible_g(4, 0)
-    with pytest.raises(ValueError):
-        matching.nearest_admissible_g(4, 16, allowed_min=0)
-
-
 # --------------------------------------------------------------------------- #
 # 5. Bootstrap intervals over seeds and prompts; coverage over re-splits
 # --------------------------------------------------------------------------- #

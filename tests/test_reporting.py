@@ -10,17 +10,16 @@ import pandas as pd
 import pytest
 
 from cgrpo.pipeline import comparison, plots, reporting
-from cgrpo.pipeline.matching import match_group_size, nearest_admissible_g
+from cgrpo.pipeline.matching import match_group_size
 from cgrpo.pipeline.methods import setting_label
 from cgrpo.pipeline.comparison import Resampling
 
 SEEDS = [0, 1, 2]
 GRID = [2, 4, 8, 16, 32]
-BATCH = 96
 CGRPO_SETTING = "grid 2-4-8-16-32, delta auto, recal 10"
 # run -> (greedy accuracy per seed, rollouts per training prompt per seed)
 ACCURACY = {"cgrpo": [0.42, 0.45, 0.40], "G32": [0.43, 0.44, 0.42], "G4": [0.35, 0.37, 0.33], "G12": [0.39, 0.41, 0.38]}
-ROLLOUTS = {"cgrpo": [11.0, 12.5, 10.5], "G32": [32.0] * 3, "G4": [4.0] * 3, "G12": [12.0] * 3}
+ROLLOUTS = {"cgrpo": [11.5, 12.5, 12.0], "G32": [32.0] * 3, "G4": [4.0] * 3, "G12": [12.0] * 3}
 STEPS = 12
 PROMPTS = 100
 
@@ -133,7 +132,7 @@ def write_experiment(root) -> dict[str, list[str]]:
         paths["evals"].append(_write_json(root / "eval" / f"{record['run']}.json", evaluation))
     paths["evals"].append(_write_json(root / "eval" / "base.json", _eval_record("base", 0.30)))
     cgrpo_runs = [path for path in paths["runs"] if "/cgrpo_" in path]
-    matched = match_group_size(cgrpo_runs, BATCH)
+    matched = match_group_size(cgrpo_runs)
     paths["matched"].append(_write_json(root / "matched" / "g2-4-8-16-32_dauto_r10.json", matched))
     return paths
 
@@ -381,20 +380,31 @@ def test_build_tables_refuses_steps_without_run(experiment, tmp_path):
 # --------------------------------------------------------------------------- compute matching
 
 
-def test_match_group_size(experiment):
+def test_match_group_size_matches_the_total_rollouts_on_the_same_prompts(experiment):
     runs = [path for path in experiment["runs"] if "/cgrpo_" in path]
-    matched = match_group_size(runs, BATCH)
-    target = np.mean(ROLLOUTS["cgrpo"])
-    assert matched["rollouts_per_prompt"] == pytest.approx(target)
-    assert matched["num_generations"] == nearest_admissible_g(target, BATCH) == 12
+    matched = match_group_size(runs)
+    records = reporting.load_json(runs)
+    target = np.mean([r["train_rollouts_generated"] + r["calibration_rollouts_generated"] for r in records])
+    prompts = records[0]["groups"]
+    assert matched["total_rollouts_generated"] == pytest.approx(target) and matched["prompts"] == prompts
+    # Calibration included: more than the training rollouts per prompt alone.
+    assert matched["num_generations"] == round(target / prompts)
+    assert matched["num_generations"] > np.mean(ROLLOUTS["cgrpo"]) - 1
+    assert abs(matched["relative_gap"]) <= 0.1
+    assert matched["matched_rollouts"] == matched["num_generations"] * prompts
     assert matched["setting"] == CGRPO_SETTING and len(matched["runs"]) == 3
 
 
-def test_match_group_size_needs_one_cgrpo_setting(experiment):
+def test_match_group_size_needs_one_cgrpo_setting_of_equal_prompts(experiment, tmp_path):
     with pytest.raises(ValueError, match="one setting"):
-        match_group_size(experiment["runs"][:2], BATCH)
+        match_group_size(experiment["runs"][:2])
     with pytest.raises(ValueError, match="No run.json"):
-        match_group_size([], BATCH)
+        match_group_size([])
+    records = reporting.load_json([path for path in experiment["runs"] if "/cgrpo_" in path])
+    records[0]["groups"] += 1
+    paths = [_write_json(tmp_path / f"{i}.json", record) for i, record in enumerate(records)]
+    with pytest.raises(ValueError, match="different numbers of prompts"):
+        match_group_size(paths)
 
 
 # --------------------------------------------------------------------------- output

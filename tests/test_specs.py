@@ -58,6 +58,14 @@ def test_training_specs_carry_the_policy():
     grpo = train_spec(CONFIG, "grpo_s2_G16_matched", "model", "splits")
     # Savings are measured against G = max(first grid), whatever the run's own G.
     assert (grpo.seed, grpo.num_generations, grpo.compute_matched, grpo.reference_budget) == (2, 16, True, 32)
+    # Every baseline trains C-GRPO's prompts per step (64 rows of 32-wide groups: 2) at its own G, with the same
+    # generation schedule.
+    assert grpo.trainer["per_device_train_batch_size"] == 2 * 16
+    dapo = train_spec(CONFIG, "dapo_s0_G8", "model", "splits")
+    assert dapo.trainer["per_device_train_batch_size"] == 2 * 8
+    assert {spec.trainer["steps_per_generation"] for spec in (cgrpo, grpo, dapo)} == {8}
+    own = {**CONFIG, "grpo": {**CONFIG["grpo"], "trainer": {"per_device_train_batch_size": 12}}}
+    assert train_spec(own, "grpo_s0_G4", "model", "splits").trainer["per_device_train_batch_size"] == 12
     calibration = calibration_spec(CONFIG, "2-4-8-16-32", "model", "splits")
     # One initial calibration serves every seed, so it uses the split seed.
     assert calibration.seed == CONFIG["splits"]["seed"] and calibration.budget_grid == [2, 4, 8, 16, 32]

@@ -195,11 +195,6 @@ def train_spec(wildcards, input):
     return methods.train_spec(config, wildcards.run, model, splits, calibration).to_dict()
 
 
-def grpo_batch_size(wildcards):
-    """Rows per GRPO batch; a compute-matched group size must divide it."""
-    return specs.method_trainer(config, methods.METHODS["grpo"].section)["per_device_train_batch_size"]
-
-
 def evaluation_inputs(wildcards):
     """The model to evaluate (a run's model folder, or the base model's record) and the splits."""
     model = (

@@ -73,8 +73,6 @@ checkpoint match_compute:
     resources:
         mem_mb=1000,
         runtime=10,
-    params:
-        batch_size=grpo_batch_size,
     script:
         "../scripts/match_compute.py"
 

@@ -9,6 +9,6 @@ from cgrpo.pipeline.matching import match_group_size
 
 log_to_file(snakemake.log[0])
 
-matched = match_group_size(snakemake.input.runs, snakemake.params.batch_size)
+matched = match_group_size(snakemake.input.runs)
 logging.info("compute-matched group size: %s", matched)
 Path(snakemake.output.matched).write_text(json.dumps(matched, indent=1) + "\n")

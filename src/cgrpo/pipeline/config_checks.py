@@ -11,8 +11,8 @@ from typing import Any
 
 from ..calibration import training_grid
 from ..conformal import smallest_supported_delta
-from .methods import METHODS
-from .specs import check_model_source, method_trainer
+from .methods import METHODS, static_runs, train_spec
+from .specs import check_model_source
 from .tasks import check_task_score, get_task
 from .config_options import BOOTSTRAP_SETTINGS, GRPO_CONFIG, LORA_CONFIG, check_options
 
@@ -32,6 +32,7 @@ def check_config(config: Mapping[str, Any]) -> None:
         check_task(config)
         check_model(config)
         check_trainer_sections(config)
+        check_shared_schedule(config)
         check_batch_sizes(config)
     except ConfigError:
         raise
@@ -150,17 +151,30 @@ def _generation_batch_size(trainer: Mapping[str, Any]) -> int:
     return int(trainer.get("per_device_train_batch_size", 8)) * int(steps)
 
 
+def check_shared_schedule(config: Mapping[str, Any]) -> None:
+    """Reject C-GRPO's own generation-batch option: the pipeline gives every method the same schedule."""
+    if config["cgrpo"]["options"]["min_generation_prompts"] is not None:
+        raise ConfigError(
+            "config key cgrpo.options.min_generation_prompts would give C-GRPO a generation schedule of its own; "
+            "set training.steps_per_generation instead, which every method shares."
+        )
+
+
 def check_batch_sizes(config: Mapping[str, Any]) -> None:
-    """Reject a generation batch that cannot hold whole groups of a method's group size (C-GRPO's largest budget)."""
-    sizes = [(method, key, size) for method in METHODS.values() for key, size in method.group_sizes(config)]
-    for method, key, size in sizes:
-        trainer = method_trainer(config, method.section)
-        if method.calibrated and not (trainer.get("steps_per_generation") or trainer.get("generation_batch_size")):
-            continue  # CGRPOConfig then picks steps_per_generation so that the batch holds whole groups.
+    """Reject a run whose generation batch cannot hold whole groups of its group size (C-GRPO's largest budget), or
+    a baseline that cannot train C-GRPO's prompts per step (`cgrpo.pipeline.methods`)."""
+    for run in static_runs(config):
+        try:
+            spec = train_spec(config, run, "model", "splits", "initial-calibration")
+        except ValueError as error:
+            raise ConfigError(f"config key {error}") from None
+        trainer, section = spec.trainer, METHODS[spec.method].section
+        size = spec.num_generations or max(spec.budget_grid)
+        key = "cgrpo.budget_grids" if spec.budget_grid else f"{section}.num_generations"
         batch = _generation_batch_size(trainer)
         if batch % size:
             raise ConfigError(
-                f"config key {key} has group size {size}, but {method.name}'s generation batch of {batch} rows "
-                f"(per_device_train_batch_size x steps_per_generation, from training and {method}.trainer) does not "
+                f"config key {key} has group size {size}, but {spec.method}'s generation batch of {batch} rows "
+                f"(per_device_train_batch_size x steps_per_generation, from training and {section}.trainer) does not "
                 f"hold whole groups of {size}: make the batch a multiple of {size}."
             )

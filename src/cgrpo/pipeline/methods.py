@@ -75,7 +75,8 @@ class Method:
         runs: the names of the runs a config asks for before any training (one per seed and setting).
         group_sizes: each group size (TRL's `num_generations`) the config gives its runs, with the config key.
         spec_fields: the `TrainSpec` fields beyond the common ones, from the config, the parsed name and the initial
-            calibration's path (None for a method without one).
+            calibration's path (None for a method without one); a `trainer` among them replaces the method's
+            `training` + `<section>.trainer` options.
         trainer: the name of its builder in `cgrpo.pipeline.trainers`.
         setting: how a run record's setting reads, shared by all its seeds.
         calibrated: whether its runs start from the pipeline's initial calibration of their grid.
@@ -149,9 +150,33 @@ def _grpo_runs(config: Config) -> list[str]:
     return [grpo_run_name(seed, size) for size in config["grpo"]["num_generations"] for seed in config["seeds"]]
 
 
+def _same_prompts_per_step(config: Config, section: str, group_size: int) -> dict[str, Any]:
+    """A baseline's trainer options, with the batch that trains C-GRPO's prompts per step at its own G.
+
+    C-GRPO's micro-batch of R rows holds R / max(grid) prompts (the first grid's); the baseline's holds as many, in
+    R x G / max(grid) rows, so that every method trains the same prompts for the same steps. A baseline whose own
+    section sets `per_device_train_batch_size` keeps it.
+    """
+    trainer = method_trainer(config, section)
+    if "per_device_train_batch_size" in config[section]["trainer"]:
+        return trainer
+    # The schema gives `training.per_device_train_batch_size` a default, so a validated config always has it.
+    rows = int(method_trainer(config, METHODS["cgrpo"].section)["per_device_train_batch_size"])
+    largest = max(evaluation_grid(config))
+    if rows * group_size % largest:
+        raise ValueError(
+            f"{section}.num_generations has group size {group_size}, but C-GRPO trains {rows}/{largest} prompts per "
+            f"micro-batch ({rows} rows of groups of {largest}), which groups of {group_size} cannot match in whole "
+            f"rows; choose another group size or set {section}.trainer.per_device_train_batch_size."
+        )
+    trainer["per_device_train_batch_size"] = rows * group_size // largest
+    return trainer
+
+
 def _grpo_spec(config: Config, name: RunName, calibration: str | None) -> dict[str, Any]:
     # Savings are measured against G = max(first grid), the group C-GRPO's largest budget fills.
-    return {"reference_budget": max(evaluation_grid(config)), "num_generations": name.num_generations,
+    return {"trainer": _same_prompts_per_step(config, "grpo", name.num_generations),
+            "reference_budget": max(evaluation_grid(config)), "num_generations": name.num_generations,
             "compute_matched": name.compute_matched}
 
 
@@ -174,7 +199,8 @@ def _dapo_runs(config: Config) -> list[str]:
 
 def _dapo_spec(config: Config, name: RunName, calibration: str | None) -> dict[str, Any]:
     dapo = config["dapo"]
-    return {"reference_budget": max(evaluation_grid(config)), "num_generations": name.num_generations,
+    return {"trainer": _same_prompts_per_step(config, "dapo", name.num_generations),
+            "reference_budget": max(evaluation_grid(config)), "num_generations": name.num_generations,
             "dynamic": {"prompts_per_round": dapo["prompts_per_round"],
                         "max_sampling_rounds": dapo["max_sampling_rounds"]}}
 
@@ -277,11 +303,9 @@ def train_spec(config: Config, run: str, model: str, splits: str, calibration: s
     method = METHODS[name.method]
     if method.calibrated and calibration is None:
         raise ValueError(f"Run {run!r} starts from an initial calibration; pass its thresholds.json.")
-    return TrainSpec(
-        run=run, method=name.method, model=model, splits=splits, task=task_spec(config), seed=name.seed,
-        trainer=method_trainer(config, method.section), peft=config["peft"],
-        **method.spec_fields(config, name, calibration),
-    )
+    fields = {"trainer": method_trainer(config, method.section), **method.spec_fields(config, name, calibration)}
+    return TrainSpec(run=run, method=name.method, model=model, splits=splits, task=task_spec(config), seed=name.seed,
+                     peft=config["peft"], **fields)
 
 
 def evaluation_spec(config: Config, run: str, model: str, splits: str) -> EvaluationSpec:
