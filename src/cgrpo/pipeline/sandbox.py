@@ -14,6 +14,7 @@ the cleanup, :mod:`cgrpo.pipeline.sandbox_seccomp` the syscall filter. What each
 
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -281,7 +283,8 @@ def _result(output: bytes, ended: str, token: str, tests: list[PreparedTest], wa
         return RunResult(status="no_result", detail="ended without a result record", **failed)
     record = verdicts[-1]
     if record.get("program_error"):
-        return RunResult(status="program_error", detail=str(record["program_error"]), **failed)
+        status = "syntax_error" if record.get("syntax_error") else "program_error"
+        return RunResult(status=status, detail=str(record["program_error"]), **failed)
     results = record.get("results")
     if not isinstance(results, list) or len(results) != len(tests):
         return RunResult(status="no_result", detail="incomplete result record", **failed)
@@ -292,13 +295,25 @@ def _result(output: bytes, ended: str, token: str, tests: list[PreparedTest], wa
 
 
 # ------------------------------------------------------------------------------------------------------- public API
-def check_syntax(program: str) -> str | None:
-    """None if ``program`` compiles, else the error message (compiled in the parent; nothing is executed)."""
+@lru_cache(maxsize=32)
+def _inspect(program: str) -> tuple[str | None, bool]:
     try:
-        compile(program, "<solution>", "exec", dont_inherit=True)
+        tree = ast.parse(program, "<solution>")
     except (SyntaxError, ValueError, MemoryError, RecursionError, OverflowError) as error:
-        return f"{type(error).__name__}: {error}"
-    return None
+        return f"{type(error).__name__}: {error}", False
+    return None, any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) for node in tree.body)
+
+
+def check_syntax(program: str) -> str | None:
+    """None if ``program`` parses, else the error message (parsed in the parent; nothing is executed). Cached, so that
+    the verifier's extraction and its format reward parse a long program once. :func:`run_tests` leaves the check to
+    the sandbox, which compiles the program anyway (status ``syntax_error``)."""
+    return _inspect(program)[0]
+
+
+def defines_function(program: str) -> bool:
+    """True when ``program`` parses and defines a function at its top level (cached with :func:`check_syntax`)."""
+    return "def" in program and _inspect(program)[1]  # no parse at all for a long program without a def
 
 
 def run_tests(program: str | None, tests: Sequence[str] | Sequence[PreparedTest], setup: str = "",
@@ -317,9 +332,6 @@ def run_tests(program: str | None, tests: Sequence[str] | Sequence[PreparedTest]
         return RunResult(passed=False, status="no_program", tests_passed=[False] * len(prepared),
                          detail="no program found in the completion")
     program = str(program)
-    syntax = check_syntax(program)
-    if syntax is not None:
-        return RunResult(passed=False, status="syntax_error", tests_passed=[False] * len(prepared), detail=syntax)
     try:
         return _run_prepared(program, prepared, setup, limits, isolation)
     except Exception as error:  # noqa: BLE001 - the sandbox's own failure is a fail, never a crash of the run
@@ -352,6 +364,7 @@ __all__ = [
     "PreparedTest",
     "RunResult",
     "check_syntax",
+    "defines_function",
     "isolation_report",
     "prepare_tests",
     "run_tests",

@@ -302,9 +302,15 @@ def run_untrusted(spec, moved, isolation, out):
         emit(out, token, {"sandbox_error": "setting up the program process: " + describe(error)})
         _exit(70)
     namespace = {"__name__": "__solution__", "__builtins__": builtins}
+    syntax_error = False
     try:
         for name, code in (("<setup>", spec["setup"]), ("<solution>", spec["program"])):
-            exec(compile(code, name, "exec"), namespace)
+            try:
+                compiled = compile(code, name, "exec")
+            except SyntaxError:
+                syntax_error = name == "<solution>"  # compiled here, not in the parent: a long program costs once
+                raise
+            exec(compiled, namespace)
     except _Base as error:
         program_error = describe(error)
     else:
@@ -315,7 +321,7 @@ def run_untrusted(spec, moved, isolation, out):
         except _Base:
             pass
     try:
-        emit(out, token, {"program_error": program_error, "results": results})
+        emit(out, token, {"program_error": program_error, "syntax_error": syntax_error, "results": results})
     except _Base:
         pass
     _exit(0)

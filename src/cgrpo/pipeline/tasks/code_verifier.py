@@ -14,7 +14,15 @@ from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from ..sandbox import ISOLATION_MODES, Limits, RunResult, check_syntax, prepare_tests, run_tests_many
+from ..sandbox import (
+    ISOLATION_MODES,
+    Limits,
+    RunResult,
+    check_syntax,
+    defines_function,
+    prepare_tests,
+    run_tests_many,
+)
 from .rewards import completion_text
 
 logger = logging.getLogger(__name__)
@@ -23,13 +31,6 @@ logger = logging.getLogger(__name__)
 _TAG = re.compile(r"[ \t]*([\w+.-]*)")
 _CLOSING = re.compile(r"^[ \t]*```", re.MULTILINE)
 _PYTHON_TAGS = {"", "python", "py", "python3", "py3"}
-
-
-def _defines_function(code: str) -> bool:
-    try:
-        return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) for node in ast.parse(code).body)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return False
 
 
 def _fenced_blocks(text: str) -> list[tuple[str, str]]:
@@ -63,12 +64,12 @@ def extract_program(completion: str | list[dict]) -> str | None:
     head = text.split("```", 1)[0]
     if "```" not in text:
         return text.strip() or None
-    if head.strip() and _defines_function(head):
+    if head.strip() and defines_function(head):
         return head.strip()
     blocks = [(tag.lower(), body) for tag, body in _fenced_blocks(text[len(head):])]
     python = [body for tag, body in blocks if tag in _PYTHON_TAGS and body.strip()]
     for body in python:
-        if _defines_function(body):
+        if defines_function(body):
             return body.strip()
     if head.strip() and check_syntax(head) is None:
         return head.strip()  # the fence it ends is the prompt's; what follows it is prose, not a block
