@@ -265,7 +265,8 @@ def _result(output: bytes, ended: str, token: str, tests: list[PreparedTest], wa
     tail = shown[-_OUTPUT_TAIL:].decode("utf-8", "replace")
     isolation = next((r["isolation"] for r in records if "isolation" in r), {})
     _note_isolation(isolation)
-    failed = dict(passed=False, tests_passed=[False] * len(tests), output=tail, wall_s=wall_s, isolation=isolation)
+    failed = {"passed": False, "tests_passed": [False] * len(tests), "output": tail, "wall_s": wall_s,
+              "isolation": isolation}
     errors = [r["sandbox_error"] for r in records if "sandbox_error" in r]
     if errors:
         logger.warning("Code sandbox failed to start a program: %s", errors[0])

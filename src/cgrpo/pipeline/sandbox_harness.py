@@ -5,7 +5,7 @@ use only the standard library, and import every module it needs before the untru
 with the base types' own methods, saved before the program can patch them. docs/sandbox.md documents what each
 process does and what is isolated in each mode.
 """
-import builtins, ctypes, json, os, resource, select, signal, sys, time
+import builtins, ctypes, json, os, resource, select, signal, sys, time  # noqa: I001 - one line, before the program
 
 _type, _issubclass, _hex, _len = type, issubclass, hex, len
 _bool, _int, _float, _complex, _str, _bytes = bool, int, float, complex, str, bytes
@@ -65,7 +65,7 @@ def enter_namespaces(spec, mode, notes):
     if uid == 0 and libc.unshare(flags) == 0:
         return "namespaces"
     if libc.unshare(flags | CLONE_NEWUSER) == 0:
-        for name, text in (("setgroups", "deny"), ("uid_map", "0 %d 1" % uid), ("gid_map", "0 %d 1" % gid)):
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
             with open("/proc/self/" + name, "w") as fh:
                 fh.write(text)
         spec["uid"] = None  # no other uid is mapped in the namespace: the caller's, as uid 0 without capabilities
@@ -74,8 +74,8 @@ def enter_namespaces(spec, mode, notes):
     err = ctypes.get_errno()
     if mode == "namespaces":
         raise OSError(err, "unshare: " + os.strerror(err))
-    notes.append("no namespaces (unshare: %s): network, filesystem writes and other processes are not isolated"
-                 % os.strerror(err))
+    notes.append(f"no namespaces (unshare: {os.strerror(err)}): network, filesystem writes and other processes are "
+                 "not isolated")
     return "process"
 
 
@@ -85,7 +85,7 @@ def close_ipc(notes):
             with open("/proc/sys/kernel/" + name, "w") as fh:
                 fh.write(value)
         except OSError as error:
-            notes.append("SysV IPC limit %s not set (%s)" % (name, error))
+            notes.append(f"SysV IPC limit {name} not set ({error})")
 
 
 def make_read_only(notes):
@@ -98,8 +98,8 @@ def make_read_only(notes):
     result = libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), b"/", ctypes.c_uint(AT_RECURSIVE),
                           ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
     if result != 0:
-        notes.append("filesystem not read-only outside the working directory (mount_setattr: %s)"
-                     % os.strerror(ctypes.get_errno()))
+        why = os.strerror(ctypes.get_errno())
+        notes.append(f"filesystem not read-only outside the working directory (mount_setattr: {why})")
 
 
 def setup_dev(notes):
@@ -109,11 +109,11 @@ def setup_dev(notes):
         try:
             nodes[name] = os.open("/dev/" + name, os.O_PATH)
         except OSError:
-            notes.append("/dev/%s missing" % name)
+            notes.append(f"/dev/{name} missing")
     mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
     for name, fd in nodes.items():
         os.close(os.open("/dev/" + name, os.O_CREAT | os.O_WRONLY, 0o666))
-        mount("/proc/self/fd/%d" % fd, "/dev/" + name, None, MS_BIND)
+        mount(f"/proc/self/fd/{fd}", "/dev/" + name, None, MS_BIND)
         os.close(fd)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):
@@ -126,7 +126,7 @@ def hide(path, notes):
         mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=16,mode=755")
         return True
     except OSError as error:
-        notes.append("%s not hidden (%s)" % (path, error))
+        notes.append(f"{path} not hidden ({error})")
         return False
 
 
@@ -138,7 +138,7 @@ def setup_filesystem(spec, notes):
     try:
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except OSError as error:
-        notes.append("host /proc stays visible (%s)" % error)
+        notes.append(f"host /proc stays visible ({error})")
     close_ipc(notes)
     workdir, limits = spec["workdir"], spec["limits"]
     libs = [path for path in sys.path if os.path.isdir(path)]
@@ -147,22 +147,22 @@ def setup_filesystem(spec, notes):
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=256k,nr_inodes=256,mode=755")
     moved = {}
     for index, (path, fd) in enumerate(zip(libs, keep)):
-        target = "%s/%d" % (LIB_ROOT, index)
+        target = f"{LIB_ROOT}/{index}"
         os.makedirs(target)
-        mount("/proc/self/fd/%d" % fd, target, None, MS_BIND | MS_REC)
+        mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
         for extra in (0, MS_NOEXEC):
             try:
                 mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | extra)
                 break
             except OSError as error:
                 if extra:
-                    notes.append("standard library not read-only (%s)" % error)
+                    notes.append(f"standard library not read-only ({error})")
         moved[path] = target
         os.close(fd)
     os.makedirs(workdir, exist_ok=True)
     owner = spec["uid"] or 0
     mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV,
-          "size=%d,nr_inodes=%d,mode=700,uid=%d,gid=%d" % (limits["disk_bytes"], limits["inodes"], owner, owner))
+          f"size={limits['disk_bytes']},nr_inodes={limits['inodes']},mode=700,uid={owner},gid={owner}")
     mount(None, "/tmp", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=256k,nr_inodes=256,mode=755")
     setup_dev(notes)
     hidden = []
@@ -298,7 +298,7 @@ def run_untrusted(spec, moved, isolation, out):
             for module in list(sys.modules.values()):
                 if isinstance(getattr(module, "__path__", None), list):
                     module.__path__[:] = [move(p) for p in module.__path__]
-    except BaseException as error:
+    except BaseException as error:  # noqa: BLE001 - any failure here is the sandbox's, reported as such
         emit(out, token, {"sandbox_error": "setting up the program process: " + describe(error)})
         _exit(70)
     namespace = {"__name__": "__solution__", "__builtins__": builtins}
@@ -310,7 +310,7 @@ def run_untrusted(spec, moved, isolation, out):
             except SyntaxError:
                 syntax_error = name == "<solution>"  # compiled here, not in the parent: a long program costs once
                 raise
-            exec(compiled, namespace)
+            exec(compiled, namespace)  # noqa: S102 - running the untrusted program is this process's job
     except _Base as error:
         program_error = describe(error)
     else:
@@ -405,7 +405,7 @@ def main():
                 fh.write(str(os.getpid()))
         except OSError as error:
             spec["cgroup"] = None
-            notes.append("no per-run memory cgroup (%s): memory is bounded per process only" % error)
+            notes.append(f"no per-run memory cgroup ({error}): memory is bounded per process only")
     else:
         notes.append("no per-run memory cgroup: memory is bounded per process only")
     try:
@@ -423,7 +423,7 @@ def main():
         os.close(write_end)
         try:
             reaper(spec, isolation, notes, read_end, out)
-        except BaseException as error:
+        except BaseException as error:  # noqa: BLE001 - any failure here is the sandbox's, reported as such
             emit(out, spec["token"], {"sandbox_error": describe(error)})
         finally:
             _exit(70)

@@ -186,7 +186,8 @@ def _prepare_one(text: str) -> PreparedTest:
 def prepare_tests(tests: Sequence[str]) -> list[PreparedTest]:
     """Split test statements (``"assert f(1) == 2"``) for :func:`run_tests`; raises ValueError for invalid tests."""
     if isinstance(tests, str):
-        raise ValueError("tests must be a list of test statements, not one string; wrap it in a list.")
+        # ValueError, not TypeError: callers catch a dataset's bad tests as ValueError.
+        raise ValueError("tests must be a list of test statements, not one string; wrap it in a list.")  # noqa: TRY004
     return [test if isinstance(test, PreparedTest) else _prepare_one(str(test)) for test in tests]
 
 
