@@ -17,9 +17,19 @@ import pytest
 import yaml
 
 from cgrpo.pipeline import evaluation
-from cgrpo.pipeline.bootstrap import BootstrapSettings, bootstrap_base_model, sft_dataset, sft_problems, tokenize_sft
-from cgrpo.pipeline.bootstrap import train_tokenizer
-from cgrpo.pipeline.evaluation import conformal_metrics, execution_fixed_k_metrics, verifier_passes
+from cgrpo.pipeline.bootstrap import (
+    BootstrapSettings,
+    bootstrap_base_model,
+    sft_dataset,
+    sft_problems,
+    tokenize_sft,
+    train_tokenizer,
+)
+from cgrpo.pipeline.evaluation import (
+    conformal_metrics,
+    execution_fixed_k_metrics,
+    verifier_passes,
+)
 from cgrpo.pipeline.splits import make_splits
 from cgrpo.pipeline.tasks import check_task_score, extract_program, get_task
 

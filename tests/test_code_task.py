@@ -11,7 +11,12 @@ from datasets import Dataset
 
 from cgrpo.pipeline.sandbox import prepare_tests
 from cgrpo.pipeline.splits import load_split, make_splits
-from cgrpo.pipeline.tasks import available_tasks, extract_program, generate_functions, get_task
+from cgrpo.pipeline.tasks import (
+    available_tasks,
+    extract_program,
+    generate_functions,
+    get_task,
+)
 from cgrpo.pipeline.tasks.code import (
     CodeTask,
     CodeVerifier,
