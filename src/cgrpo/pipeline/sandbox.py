@@ -139,7 +139,7 @@ def _note_isolation(isolation: dict[str, Any]) -> None:
             return
         _isolation_seen.update(isolation)
     if isolation.get("mode") != "namespaces" or isolation.get("notes"):
-        logger.warning("Code sandbox isolation: %s; %s (see cgrpo.pipeline.sandbox).", isolation.get("mode"),
+        logger.warning("Code sandbox isolation: %s; %s (see docs/sandbox.md).", isolation.get("mode"),
                        "; ".join(isolation.get("notes") or ["no notes"]))
     else:
         logger.info("Code sandbox isolation: namespaces, %s.",
