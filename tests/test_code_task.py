@@ -11,7 +11,12 @@ from datasets import Dataset
 
 from cgrpo.pipeline.sandbox import prepare_tests
 from cgrpo.pipeline.splits import load_split, make_splits
-from cgrpo.pipeline.tasks import available_tasks, extract_program, generate_functions, get_task
+from cgrpo.pipeline.tasks import (
+    available_tasks,
+    extract_program,
+    generate_functions,
+    get_task,
+)
 from cgrpo.pipeline.tasks.code import (
     CodeTask,
     CodeVerifier,
@@ -158,7 +163,9 @@ def test_mbpp_file_loads_and_verifies(tmp_path):
     path = tmp_path / "mbpp_{split}.jsonl"
     for split in ("train", "test"):
         _write_jsonl(tmp_path / f"mbpp_{split}.jsonl", MBPP_ROWS)
-    task = get_task("code", source=str(path))
+    with pytest.raises(ValueError, match=r"1 of 2 problems .* not tamper-proof .*allow_forgeable_tests: true"):
+        get_task("code", source=str(path)).load("test")
+    task = get_task("code", source=str(path), allow_forgeable_tests=True)
     raw = task.load("test")
     assert raw.column_names == ["question", "answer", "tests", "setup"]
     data = task.to_prompt_dataset(raw)

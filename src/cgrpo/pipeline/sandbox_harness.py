@@ -1,11 +1,11 @@
 """The harness run inside the sandbox of `cgrpo.pipeline.sandbox`: supervisor, reaper and program process.
 
-Run as `python -I -S sandbox_harness.py <spec file>` with the run's working directory as cwd, never imported: it must
+Run as `python -I -S -c <this source> <spec file>` with the run's working directory as cwd, never imported: it must
 use only the standard library, and import every module it needs before the untrusted program runs. Values are encoded
-with the base types' own methods, saved before the program can patch them. `cgrpo.pipeline.sandbox` documents what
-each process does and what is isolated.
+with the base types' own methods, saved before the program can patch them. docs/sandbox.md documents what each
+process does and what is isolated in each mode.
 """
-import builtins, ctypes, json, os, resource, select, signal, sys, time
+import builtins, ctypes, json, os, resource, select, signal, sys, time  # noqa: I001 - one line, before the program
 
 _type, _issubclass, _hex, _len = type, issubclass, hex, len
 _bool, _int, _float, _complex, _str, _bytes = bool, int, float, complex, str, bytes
@@ -25,7 +25,12 @@ CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 1, 24, 36, 38, 47
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID = 442, -100, 0x8000, 1, 2
 LIB_ROOT = "/tmp/.cgrpo-lib"
+DEV_NODES = ("null", "zero", "full", "random", "urandom")
+# SysV IPC limits of the run's IPC namespace: no segment, queue or semaphore set can be made.
+IPC_LIMITS = (("shmmni", "0"), ("shmall", "0"), ("shmmax", "0"), ("msgmni", "0"), ("sem", "0 0 0 0"))
 
 
 def check(result, what):
@@ -60,7 +65,7 @@ def enter_namespaces(spec, mode, notes):
     if uid == 0 and libc.unshare(flags) == 0:
         return "namespaces"
     if libc.unshare(flags | CLONE_NEWUSER) == 0:
-        for name, text in (("setgroups", "deny"), ("uid_map", "0 %d 1" % uid), ("gid_map", "0 %d 1" % gid)):
+        for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
             with open("/proc/self/" + name, "w") as fh:
                 fh.write(text)
         spec["uid"] = None  # no other uid is mapped in the namespace: the caller's, as uid 0 without capabilities
@@ -69,51 +74,120 @@ def enter_namespaces(spec, mode, notes):
     err = ctypes.get_errno()
     if mode == "namespaces":
         raise OSError(err, "unshare: " + os.strerror(err))
-    notes.append("no namespaces (unshare: %s): network, filesystem writes and other processes are not isolated"
-                 % os.strerror(err))
+    notes.append(f"no namespaces (unshare: {os.strerror(err)}): network, filesystem writes and other processes are "
+                 "not isolated")
     return "process"
 
 
+def close_ipc(notes):
+    for name, value in IPC_LIMITS:
+        try:
+            with open("/proc/sys/kernel/" + name, "w") as fh:
+                fh.write(value)
+        except OSError as error:
+            notes.append(f"SysV IPC limit {name} not set ({error})")
+
+
+def make_read_only(notes):
+    """Every mount of this namespace read-only and nosuid, recursively (mounts made afterwards are not)."""
+    class MountAttr(ctypes.Structure):
+        _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                    ("userns_fd", ctypes.c_uint64)]
+
+    attr = MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
+    result = libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), b"/", ctypes.c_uint(AT_RECURSIVE),
+                          ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    if result != 0:
+        why = os.strerror(ctypes.get_errno())
+        notes.append(f"filesystem not read-only outside the working directory (mount_setattr: {why})")
+
+
+def setup_dev(notes):
+    """/dev as a read-only tmpfs holding only null, zero, full, random, urandom and the fd links."""
+    nodes = {}
+    for name in DEV_NODES:
+        try:
+            nodes[name] = os.open("/dev/" + name, os.O_PATH)
+        except OSError:
+            notes.append(f"/dev/{name} missing")
+    mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
+    for name, fd in nodes.items():
+        os.close(os.open("/dev/" + name, os.O_CREAT | os.O_WRONLY, 0o666))
+        mount(f"/proc/self/fd/{fd}", "/dev/" + name, None, MS_BIND)
+        os.close(fd)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, "/dev/" + name)
+    mount(None, "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
+
+
+def hide(path, notes):
+    try:
+        mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=16,mode=755")
+        return True
+    except OSError as error:
+        notes.append(f"{path} not hidden ({error})")
+        return False
+
+
 def setup_filesystem(spec, notes):
-    """Private mounts: fresh /proc, read-only empty tmpfs over /tmp and the hidden paths, the standard library and the
-    working directory bound back in. Returns {old library path: new path}."""
+    """Private mounts: fresh /proc, SysV IPC closed, everything read-only, an empty read-only tmpfs over /tmp and the
+    hidden paths, a minimal /dev, the standard library bound back in, and the working directory a fresh tmpfs capped
+    in size and inodes. Returns {old library path: new path}."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     try:
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except OSError as error:
-        notes.append("host /proc stays visible (%s)" % error)
-    workdir = spec["workdir"]
+        notes.append(f"host /proc stays visible ({error})")
+    close_ipc(notes)
+    workdir, limits = spec["workdir"], spec["limits"]
     libs = [path for path in sys.path if os.path.isdir(path)]
-    keep = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in libs + [workdir]]
+    keep = [os.open(path, os.O_PATH | os.O_DIRECTORY) for path in libs]
+    make_read_only(notes)
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=256k,nr_inodes=256,mode=755")
     moved = {}
     for index, (path, fd) in enumerate(zip(libs, keep)):
-        target = "%s/%d" % (LIB_ROOT, index)
+        target = f"{LIB_ROOT}/{index}"
         os.makedirs(target)
-        mount("/proc/self/fd/%d" % fd, target, None, MS_BIND | MS_REC)
+        mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
         for extra in (0, MS_NOEXEC):
             try:
                 mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | extra)
                 break
             except OSError as error:
                 if extra:
-                    notes.append("standard library not read-only (%s)" % error)
+                    notes.append(f"standard library not read-only ({error})")
         moved[path] = target
-    os.makedirs(workdir, exist_ok=True)
-    mount("/proc/self/fd/%d" % keep[-1], workdir, None, MS_BIND)
-    for fd in keep:
         os.close(fd)
+    os.makedirs(workdir, exist_ok=True)
+    owner = spec["uid"] or 0
+    mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV,
+          f"size={limits['disk_bytes']},nr_inodes={limits['inodes']},mode=700,uid={owner},gid={owner}")
     mount(None, "/tmp", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=256k,nr_inodes=256,mode=755")
+    setup_dev(notes)
     hidden = []
     for path in spec["hidden"]:
         if not os.path.isdir(path) or any(path == h or path.startswith(h.rstrip("/") + "/") for h in hidden):
             continue
-        try:
-            mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=16,mode=755")
+        if hide(path, notes):
             hidden.append(path)
-        except OSError as error:
-            notes.append("%s not hidden (%s)" % (path, error))
+    for path in spec["hidden"]:  # the same directories inside the library's bound copy (site-packages)
+        for old, new in moved.items():
+            if path.startswith(old.rstrip("/") + "/") and os.path.isdir(new + path[len(old):]):
+                hide(new + path[len(old):], notes)
     return moved
+
+
+def install_seccomp(program_hex):
+    code = bytes.fromhex(program_hex)
+    buffer = ctypes.create_string_buffer(code, _len(code))
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    program = Program(_len(code) // 8, ctypes.addressof(buffer))
+    check(libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(program),
+                     ctypes.c_ulong(0), ctypes.c_ulong(0)), "seccomp")
 
 
 def drop_privileges(spec, limits, isolation):
@@ -145,6 +219,8 @@ def drop_privileges(spec, limits, isolation):
 
         check(libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()), "capset")
     check(prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
+    if spec["seccomp"]:
+        install_seccomp(spec["seccomp"])
 
 
 def encode(value, depth=0):
@@ -222,13 +298,19 @@ def run_untrusted(spec, moved, isolation, out):
             for module in list(sys.modules.values()):
                 if isinstance(getattr(module, "__path__", None), list):
                     module.__path__[:] = [move(p) for p in module.__path__]
-    except BaseException as error:
+    except BaseException as error:  # noqa: BLE001 - any failure here is the sandbox's, reported as such
         emit(out, token, {"sandbox_error": "setting up the program process: " + describe(error)})
         _exit(70)
     namespace = {"__name__": "__solution__", "__builtins__": builtins}
+    syntax_error = False
     try:
         for name, code in (("<setup>", spec["setup"]), ("<solution>", spec["program"])):
-            exec(compile(code, name, "exec"), namespace)
+            try:
+                compiled = compile(code, name, "exec")
+            except SyntaxError:
+                syntax_error = name == "<solution>"  # compiled here, not in the parent: a long program costs once
+                raise
+            exec(compiled, namespace)  # noqa: S102 - running the untrusted program is this process's job
     except _Base as error:
         program_error = describe(error)
     else:
@@ -239,7 +321,7 @@ def run_untrusted(spec, moved, isolation, out):
         except _Base:
             pass
     try:
-        emit(out, token, {"program_error": program_error, "results": results})
+        emit(out, token, {"program_error": program_error, "syntax_error": syntax_error, "results": results})
     except _Base:
         pass
     _exit(0)
@@ -260,7 +342,11 @@ def reaper(spec, isolation, notes, parent_gone, out):
                 __import__(name)
             except ImportError:
                 pass
-    report = {"mode": isolation, "uid": spec["uid"], "user_ns": spec.get("user_ns", False), "notes": notes}
+    if not spec["seccomp"]:
+        notes.append("no seccomp filter (no syscall table for this architecture)")
+    report = {"mode": isolation, "uid": spec["uid"], "user_ns": spec.get("user_ns", False),
+              "cgroup": spec["cgroup"] is not None, "seccomp": bool(spec["seccomp"]),
+              "disk_cap": isolation == "namespaces", "notes": notes}
     emit(out, spec["token"], {"isolation": report})
     child = os.fork()
     if child == 0:
@@ -276,7 +362,8 @@ def reaper(spec, isolation, notes, parent_gone, out):
 
 
 PRELOAD = ("math", "cmath", "re", "heapq", "collections", "itertools", "functools", "string", "bisect", "operator",
-           "copy", "random", "typing", "fractions", "decimal", "statistics", "datetime", "array", "json")
+           "copy", "random", "typing", "fractions", "decimal", "statistics", "datetime", "array", "json", "hashlib",
+           "struct", "textwrap", "unicodedata", "dataclasses", "enum", "numbers", "abc", "contextlib")
 
 
 def readable_by_others(path):
@@ -312,6 +399,15 @@ def main():
     os.unlink(path)
     out = os.dup(1)
     notes = []
+    if spec["cgroup"]:
+        try:
+            with open(spec["cgroup"] + "/cgroup.procs", "w") as fh:
+                fh.write(str(os.getpid()))
+        except OSError as error:
+            spec["cgroup"] = None
+            notes.append(f"no per-run memory cgroup ({error}): memory is bounded per process only")
+    else:
+        notes.append("no per-run memory cgroup: memory is bounded per process only")
     try:
         isolation = enter_namespaces(spec, spec["isolation"], notes)
     except OSError as error:
@@ -327,7 +423,7 @@ def main():
         os.close(write_end)
         try:
             reaper(spec, isolation, notes, read_end, out)
-        except BaseException as error:
+        except BaseException as error:  # noqa: BLE001 - any failure here is the sandbox's, reported as such
             emit(out, spec["token"], {"sandbox_error": describe(error)})
         finally:
             _exit(70)
