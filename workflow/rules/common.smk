@@ -145,7 +145,7 @@ def base_model_location(record):
     configured hub id or path."""
     if config["base_model"]["bootstrap"]:
         return str(Path(record).parent)
-    return config["base_model"]["path"]
+    return specs.base_model_path(config)
 
 
 def base_model_record(wildcards):
@@ -158,7 +158,7 @@ def base_model_params(wildcards):
     bootstrap = config["base_model"]["bootstrap"]
     return {
         "bootstrap": bootstrap,
-        "path": config["base_model"]["path"],
+        "path": config["base_model"]["path"] if bootstrap else specs.base_model_path(config),
         "options": config["base_model"]["options"] if bootstrap else {},
     }
 

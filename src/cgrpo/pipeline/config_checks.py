@@ -11,10 +11,11 @@ from typing import Any
 
 from ..calibration import training_grid
 from ..conformal import smallest_supported_delta
-from .methods import METHODS, static_runs, train_spec
-from .specs import check_model_source
-from .tasks import check_task_score, get_task
 from .config_options import BOOTSTRAP_SETTINGS, GRPO_CONFIG, LORA_CONFIG, check_options
+from .methods import METHODS, static_runs, train_spec
+from .specs import base_model_path, check_model_source
+from .tasks import check_task_score, get_task
+
 
 class ConfigError(ValueError):
     """A workflow config that cannot run; the message names the key and the fix."""
@@ -119,7 +120,7 @@ def check_model(config: Mapping[str, Any]) -> None:
         return
     # Offline availability of a hub id is the base_model rule's check: a dry run needs no model.
     try:
-        check_model_source(config["base_model"]["path"], offline=False)
+        check_model_source(base_model_path(config), offline=False)
     except ValueError as error:
         raise ConfigError(f"config key {error}") from None
 

@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..calibration import SCORES, Thresholds, calibration_scores, fit_thresholds
+from ..models import load_model, load_tokenizer
 from ..user_code import VERIFIER_TIMEOUT_S, verify
 from .accuracy import (
     correct_flags,
@@ -43,7 +43,11 @@ from .accuracy import (
     mean_pass_at_k,
     per_prompt_accuracy,
 )
-from .coverage import coverage_at_k, post_selection_coverage, split_coverage_distribution
+from .coverage import (
+    coverage_at_k,
+    post_selection_coverage,
+    split_coverage_distribution,
+)
 from .sampling import generate_completions, generate_completions_vllm
 from .specs import EvaluationSpec
 from .splits import load_split
@@ -241,8 +245,8 @@ def _load_model(location: str):
     # On a GPU node (the SLURM profile gives evaluation one) generation runs there, in bfloat16 where supported.
     if torch.cuda.is_available():
         dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return AutoModelForCausalLM.from_pretrained(location, dtype=dtype).to("cuda").eval()
-    return AutoModelForCausalLM.from_pretrained(location).eval()
+        return load_model(location, dtype=dtype).to("cuda").eval()
+    return load_model(location).eval()
 
 
 def _sampler(spec: EvaluationSpec):
@@ -253,7 +257,7 @@ def _sampler(spec: EvaluationSpec):
     if backend == "vllm":
         generate = partial(generate_completions_vllm, load_llm(spec.model))
     else:
-        tokenizer = AutoTokenizer.from_pretrained(spec.model, padding_side="left")
+        tokenizer = load_tokenizer(spec.model, padding_side="left")
         generate = partial(generate_completions, _load_model(spec.model), tokenizer, batch_size=settings["batch_size"])
 
     def sample(prompts, purpose: str, greedy: bool = False) -> list[list[str]]:

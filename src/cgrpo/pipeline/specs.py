@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ..models import GGUF_SUFFIX, model_location
 from ..user_code import VERIFIER_TIMEOUT_S
 from .tasks.files import hub_offline
 
@@ -24,6 +25,7 @@ __all__ = [
     "CalibrationSpec",
     "EvaluationSpec",
     "TrainSpec",
+    "base_model_path",
     "calibration_spec",
     "check_model_source",
     "evaluation_grid",
@@ -63,14 +65,26 @@ def parse_delta(text: str) -> str | float:
 # --------------------------------------------------------------------------- model sources
 
 
-def check_model_source(location: str, offline: bool | None = None) -> None:
-    """Raise a ValueError naming `base_model.path` unless `location` is a saved model folder or a reachable hub id.
+def base_model_path(config: Mapping[str, Any]) -> str:
+    """Where a configured (not bootstrapped) base model loads from: `base_model.path`, with `base_model.gguf_file`
+    joined to it and ``package:<module>`` made the installed package's folder (see `cgrpo.models.model_location`)."""
+    base_model = config["base_model"]
+    return model_location(base_model["path"], base_model.get("gguf_file"))
 
-    A location that exists must be a folder with `config.json`. One that does not exist is a hub id ("org/name"),
+
+def check_model_source(location: str, offline: bool | None = None) -> None:
+    """Raise a ValueError naming `base_model.path` unless `location` is a saved model folder, a GGUF file or a
+    reachable hub id.
+
+    A location that exists must be a folder with `config.json`, or a `.gguf` file. One that does not exist is a hub id ("org/name"),
     unless it is spelled like a path (absolute, starting with ".", or with more than one "/"). Offline (`offline`, by
     default the `HF_HUB_OFFLINE` variable), a hub id must already be in the local Hugging Face cache.
     """
     path = Path(location)
+    if location.endswith(GGUF_SUFFIX):
+        if not path.is_file():
+            raise ValueError(f"base_model.path {location!r} is no GGUF file; fix base_model.path or base_model.gguf_file.")
+        return
     if path.exists():
         if not (path / "config.json").is_file():
             raise ValueError(f"base_model.path {location!r} has no config.json; point it at a folder saved with "

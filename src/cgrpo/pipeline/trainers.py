@@ -13,6 +13,7 @@ import torch
 from trl import GRPOConfig
 
 from ..config import CGRPOConfig
+from ..models import gguf_parts, load_model, load_tokenizer
 from .specs import CalibrationSpec, TrainSpec
 from .splits import load_split
 from .tasks import get_task
@@ -36,7 +37,7 @@ def grpo_trainer(spec: TrainSpec, output_dir: Path, initial: None = None) -> Tim
     torch.manual_seed(spec.seed)
     task = _task(spec)
     args = GRPOConfig(num_generations=int(spec.num_generations), **_trainer_options(spec, output_dir))
-    return TimedGRPOTrainer(model=spec.model, reward_funcs=task.reward_funcs, args=args,
+    return TimedGRPOTrainer(**_policy(spec), reward_funcs=task.reward_funcs, args=args,
                             train_dataset=_split(spec, task, "train"), peft_config=_peft_config(spec))
 
 
@@ -48,7 +49,7 @@ def dapo_trainer(spec: TrainSpec, output_dir: Path, initial: None = None):
     task = _task(spec)
     args = DynamicSamplingConfig(num_generations=int(spec.num_generations), **spec.dynamic,
                                  **_trainer_options(spec, output_dir))
-    return DynamicSamplingGRPOTrainer(model=spec.model, reward_funcs=task.reward_funcs, args=args,
+    return DynamicSamplingGRPOTrainer(**_policy(spec), reward_funcs=task.reward_funcs, args=args,
                                       train_dataset=_split(spec, task, "train"), peft_config=_peft_config(spec))
 
 
@@ -65,11 +66,20 @@ def _cgrpo_trainer(spec: Spec, output_dir: Path, delta, recalibrate_every: int, 
         **_trainer_options(spec, output_dir),
     )
     return CGRPOTrainer(
-        model=spec.model, reward_funcs=task.reward_funcs, args=args, train_dataset=_split(spec, task, "train"),
+        **_policy(spec), reward_funcs=task.reward_funcs, args=args, train_dataset=_split(spec, task, "train"),
         calibration_dataset=_split(spec, task, "calibration"), answer_extractor=task.extract, verifier=task.verifier,
         initial_thresholds=initial and initial["thresholds"],
         initial_calibration_rollouts=initial["rollouts"] if initial else 0, peft_config=_peft_config(spec),
     )
+
+
+def _policy(spec: Spec) -> dict[str, Any]:
+    """The trainer's `model` (and `processing_class`): the location, which TRL loads, or for a GGUF checkpoint, which
+    TRL cannot load by name, the model and tokenizer loaded here in float32 as TRL would."""
+    if gguf_parts(spec.model)[1] is None:
+        return {"model": spec.model}
+    return {"model": load_model(spec.model, dtype=torch.float32),
+            "processing_class": load_tokenizer(spec.model, padding_side="left", truncation_side="left")}
 
 
 def _task(spec: Spec):
