@@ -33,9 +33,19 @@ def option_table(config_class: type) -> str:
     rows = ["| option | type | default | meaning |", "| --- | --- | --- | --- |"]
     for field in dataclasses.fields(config_class):
         if field.name in own:
-            help_text = " ".join(field.metadata["help"].split()).replace("|", "\\|")
+            cells = [
+                f"`{field.name}`",
+                f"`{field.type}`",
+                f"`{_field_default(field)!r}`",
+                field.metadata["help"],
+            ]
+            # A '|' inside a cell, even in a code span, ends the cell in GitHub's tables.
             rows.append(
-                f"| `{field.name}` | `{field.type}` | `{_field_default(field)!r}` | {help_text} |"
+                "| "
+                + " | ".join(
+                    " ".join(cell.split()).replace("|", "\\|") for cell in cells
+                )
+                + " |"
             )
     return "\n".join(rows)
 
