@@ -10,6 +10,7 @@ import yaml
 from cgrpo.pipeline.methods import (
     METHODS,
     RunName,
+    ablation_run_name,
     cgrpo_run_name,
     dapo_run_name,
     evaluation_spec,
@@ -32,6 +33,8 @@ CONFIG = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").r
         (grpo_run_name(1, 32), RunName("grpo", 1, num_generations=32)),
         (grpo_run_name(2, 16, matched=True), RunName("grpo", 2, num_generations=16, compute_matched=True)),
         (dapo_run_name(4, 32), RunName("dapo", 4, num_generations=32)),
+        (ablation_run_name("unanimous", 2, [2, 4]), RunName("unanimous", 2, (2, 4))),
+        (ablation_run_name("share", 0, [2, 4, 8], 0.75), RunName("share", 0, (2, 4, 8), stop_share=0.75)),
         ("base", RunName("base")),
     ],
 )
@@ -66,6 +69,13 @@ def test_training_specs_carry_the_policy():
     assert {spec.trainer["steps_per_generation"] for spec in (cgrpo, grpo, dapo)} == {8}
     own = {**CONFIG, "grpo": {**CONFIG["grpo"], "trainer": {"per_device_train_batch_size": 12}}}
     assert train_spec(own, "grpo_s0_G4", "model", "splits").trainer["per_device_train_batch_size"] == 12
+    # The ablations: C-GRPO's grid, options and trainer with another stopping rule, and nothing calibrated.
+    share = train_spec(CONFIG, "share_s1_g2-4-8-16-32_t0.75", "model", "splits")
+    assert (share.method, share.budget_grid, share.reference_budget, share.initial_calibration) == (
+        "share", [2, 4, 8, 16, 32], 32, None)
+    assert share.cgrpo == {**CONFIG["cgrpo"]["options"], "stopping_rule": "share", "stop_share": 0.75,
+                           "calibration_holdout": 0}
+    assert share.trainer == cgrpo.trainer
     calibration = calibration_spec(CONFIG, "2-4-8-16-32", "model", "splits")
     # One initial calibration serves every seed, so it uses the split seed.
     assert calibration.seed == CONFIG["splits"]["seed"] and calibration.budget_grid == [2, 4, 8, 16, 32]
@@ -114,7 +124,8 @@ def test_the_wildcard_pattern_accepts_exactly_the_run_names():
 def test_the_registry_lists_every_configured_run_and_refuses_a_calibrated_run_without_its_calibration():
     runs = static_runs(CONFIG)
     seeds = len(CONFIG["seeds"])
-    expected = seeds * (len(CONFIG["grpo"]["num_generations"]) + len(CONFIG["dapo"]["num_generations"]) + 1)
+    expected = seeds * (len(CONFIG["grpo"]["num_generations"]) + len(CONFIG["dapo"]["num_generations"]) + 1
+                        + len(CONFIG["cgrpo"]["ablations"]["rules"]))
     assert len(runs) == len(set(runs)) == expected
     assert {parse_run_name(run).method for run in runs} == set(METHODS)
     with pytest.raises(ValueError, match="starts from an initial calibration"):

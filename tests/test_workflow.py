@@ -66,9 +66,9 @@ def test_dry_run(tmp_path, config):
                       * len(settings["cgrpo"]["recalibrate_every"]))
     counts = job_counts(result.stdout)
     assert counts["train_cgrpo"] == seeds * cgrpo_settings
-    # One rule trains the methods without a calibration: the fixed-G GRPO and the DAPO runs.
+    # One rule trains the methods without a calibration: the fixed-G GRPO, DAPO and calibration-free ablation runs.
     sizes = len(settings["grpo"]["num_generations"]) + len(settings.get("dapo", {}).get("num_generations", []))
-    assert counts["train"] == seeds * sizes
+    assert counts["train"] == seeds * (sizes + len(settings["cgrpo"]["ablations"]["rules"]))
     # Before match_compute has run, only the base model and the static runs are known to be evaluated.
     assert counts["evaluate"] == 1 + counts["train_cgrpo"] + counts["train"]
     matched = settings["grpo"]["compute_matched"]
@@ -158,8 +158,10 @@ def test_defaults_fill_a_minimal_config(tmp_path):
     result = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path))
     assert result.returncode == 0, result.stdout
     counts = job_counts(result.stdout)
-    # Schema defaults: seeds [0, 1, 2], one grid, delta auto, one recalibration interval, GRPO at G = 32 and 4.
-    assert counts["train_cgrpo"] == 3 and counts["train"] == 6
+    # Schema defaults: seeds [0, 1, 2], one grid, delta auto, one recalibration interval, GRPO at G = 32 and 4, both
+    # calibration-free stopping rules.
+    assert counts["train_cgrpo"] == 3 and counts["train"] == 6 + 6
+    assert "results/minimal/runs/share_s2_g2-4-8-16-32_t0.75/run.json" in result.stdout
     assert "results/minimal/runs/cgrpo_s0_g2-4-8-16-32_dauto_r50/run.json" in result.stdout
 
 

@@ -58,7 +58,7 @@ logger = logging.getLogger(__name__)
 
 
 def evaluate_model(spec: EvaluationSpec | dict[str, Any], out_path: str | Path) -> None:
-    """Evaluate `spec.model` and write every metric as JSON to `out_path` (see the README's output section)."""
+    """Evaluate `spec.model` and write every metric as JSON to `out_path` (see docs/pipeline.md, "Reading the outputs")."""
     spec = EvaluationSpec.from_dict(spec)
     settings = spec.evaluation
     score = settings["score"]

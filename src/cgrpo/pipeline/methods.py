@@ -33,6 +33,7 @@ __all__ = [
     "RUN_NAME_PATTERN",
     "Method",
     "RunName",
+    "ablation_run_name",
     "cgrpo_run_name",
     "dapo_run_name",
     "evaluation_spec",
@@ -60,6 +61,7 @@ class RunName:
     recalibrate_every: int | None = None
     num_generations: int | None = None
     compute_matched: bool = False
+    stop_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,6 @@ class Method:
         pattern: the regular expression of its run names, with named groups.
         parse: the `RunName` fields of a match of `pattern`.
         runs: the names of the runs a config asks for before any training (one per seed and setting).
-        group_sizes: each group size (TRL's `num_generations`) the config gives its runs, with the config key.
         spec_fields: the `TrainSpec` fields beyond the common ones, from the config, the parsed name and the initial
             calibration's path (None for a method without one); a `trainer` among them replaces the method's
             `training` + `<section>.trainer` options.
@@ -89,7 +90,6 @@ class Method:
     pattern: str
     parse: Callable[[re.Match], dict[str, Any]]
     runs: Callable[[Config], list[str]]
-    group_sizes: Callable[[Config], list[tuple[str, int]]]
     spec_fields: Callable[[Config, RunName, str | None], dict[str, Any]]
     trainer: str
     setting: Callable[[Mapping[str, Any]], str]
@@ -140,10 +140,6 @@ def _group_size_fields(match: re.Match) -> dict[str, Any]:
     if "matched" in match.re.groupindex:
         fields["compute_matched"] = match["matched"] is not None
     return fields
-
-
-def _group_sizes(section: str) -> Callable[[Config], list[tuple[str, int]]]:
-    return lambda config: [(f"{section}.num_generations", size) for size in config[section]["num_generations"]]
 
 
 def _grpo_runs(config: Config) -> list[str]:
@@ -205,6 +201,50 @@ def _dapo_spec(config: Config, name: RunName, calibration: str | None) -> dict[s
                         "max_sampling_rounds": dapo["max_sampling_rounds"]}}
 
 
+# --------------------------------------------------------------------------- calibration-free stopping rules
+
+
+def ablation_run_name(rule: str, seed: int, grid: Sequence[int], share: float | None = None) -> str:
+    """``unanimous_s<seed>_g<grid>``, or ``share_s<seed>_g<grid>_t<share>`` for the majority-share rule."""
+    name = f"{rule}_s{int(seed)}_g{format_grid(grid)}"
+    return name if share is None else f"{name}_t{float(share):g}"
+
+
+def _ablation_fields(match: re.Match) -> dict[str, Any]:
+    fields = {"budget_grid": tuple(parse_grid(match["grid"]))}
+    if "share" in match.re.groupindex:
+        fields["stop_share"] = float(match["share"])
+    return fields
+
+
+def _ablation_runs(rule: str) -> Callable[[Config], list[str]]:
+    def runs(config: Config) -> list[str]:
+        ablations = config["cgrpo"]["ablations"]
+        if rule not in ablations["rules"]:
+            return []
+        share = ablations["stop_share"] if rule == "share" else None
+        return [ablation_run_name(rule, seed, evaluation_grid(config), share) for seed in config["seeds"]]
+
+    return runs
+
+
+def _ablation_spec(rule: str) -> Callable[[Config, RunName, str | None], dict[str, Any]]:
+    def spec_fields(config: Config, name: RunName, calibration: str | None) -> dict[str, Any]:
+        # C-GRPO's options, trainer and grid; only the stopping rule differs, so nothing is calibrated, or held out.
+        options = {**config["cgrpo"]["options"], "stopping_rule": rule, "calibration_holdout": 0}
+        if name.stop_share is not None:
+            options["stop_share"] = name.stop_share
+        return {"reference_budget": max(name.budget_grid), "budget_grid": list(name.budget_grid), "cgrpo": options}
+
+    return spec_fields
+
+
+def _ablation_setting(record: Mapping[str, Any]) -> str:
+    rule = record["stopping_rule"]
+    share = f" {record['stop_share']:g}" if rule == "share" else ""
+    return f"grid {record['budget_grid']}, stop at {rule}{share}"
+
+
 # --------------------------------------------------------------------------- the registry
 
 _SEED = r"_s(?P<seed>\d+)"
@@ -216,19 +256,31 @@ METHODS: dict[str, Method] = {
             name="cgrpo", label="C-GRPO", section="cgrpo",
             pattern=r"cgrpo" + _SEED + r"_g(?P<grid>\d+(?:-\d+)*)_d(?P<delta>auto|[0-9.]+(?:e-?[0-9]+)?)_r(?P<recal>\d+)",
             parse=_cgrpo_fields, runs=_cgrpo_runs,
-            group_sizes=lambda config: [("cgrpo.budget_grids", max(grid)) for grid in config["cgrpo"]["budget_grids"]],
             spec_fields=_cgrpo_spec, trainer="cgrpo_trainer",
             setting=_cgrpo_setting, calibrated=True, marker="o",
         ),
         Method(
             name="grpo", label="GRPO", section="grpo", pattern=r"grpo" + _SEED + r"_G(?P<G>\d+)(?P<matched>_matched)?",
-            parse=_group_size_fields, runs=_grpo_runs, group_sizes=_group_sizes("grpo"), spec_fields=_grpo_spec, trainer="grpo_trainer",
+            parse=_group_size_fields, runs=_grpo_runs, spec_fields=_grpo_spec, trainer="grpo_trainer",
             setting=_grpo_setting, marker="s",
         ),
         Method(
             name="dapo", label="DAPO", section="dapo", pattern=r"dapo" + _SEED + r"_G(?P<G>\d+)",
-            parse=_group_size_fields, runs=_dapo_runs, group_sizes=_group_sizes("dapo"), spec_fields=_dapo_spec, trainer="dapo_trainer",
+            parse=_group_size_fields, runs=_dapo_runs, spec_fields=_dapo_spec, trainer="dapo_trainer",
             setting=lambda record: f"G={record['num_generations']}, dynamic sampling", marker="^",
+        ),
+        # The calibration-free rules C-GRPO's thresholds are measured against: same trainer, grid, padding and costs.
+        Method(
+            name="unanimous", label="Unanimous stop", section="cgrpo",
+            pattern=r"unanimous" + _SEED + r"_g(?P<grid>\d+(?:-\d+)*)", parse=_ablation_fields,
+            runs=_ablation_runs("unanimous"), spec_fields=_ablation_spec("unanimous"),
+            trainer="ablation_trainer", setting=_ablation_setting, marker="v",
+        ),
+        Method(
+            name="share", label="Majority-share stop", section="cgrpo",
+            pattern=r"share" + _SEED + r"_g(?P<grid>\d+(?:-\d+)*)_t(?P<share>[0-9.]+)", parse=_ablation_fields,
+            runs=_ablation_runs("share"), spec_fields=_ablation_spec("share"),
+            trainer="ablation_trainer", setting=_ablation_setting, marker="D",
         ),
     )
 }

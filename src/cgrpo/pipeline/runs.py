@@ -132,22 +132,18 @@ def _steps_table(log_history: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _run_record(spec: TrainSpec, trainer, wall: float, cpu: float, initial: dict | None) -> dict[str, Any]:
-    cgrpo = spec.method == "cgrpo"
+    # C-GRPO and its calibration-free ablations sample along a grid; only C-GRPO calibrates.
+    budgeted, calibrated = spec.budget_grid is not None, initial is not None
     width = trainer.args.num_generations
     reference = int(spec.reference_budget)
     # DAPO's, and C-GRPO's with drop_unanimous; None for the others.
     dynamic = getattr(trainer, "dynamic_totals", None)
-    if cgrpo:
-        totals = trainer.cgrpo_totals
-        # Throwaway rows that keep processes in lockstep are generated compute too.
-        lockstep = int(totals["lockstep_rollouts"])
-        rollouts = int(totals["train_rollouts"]) + lockstep
-        tokens, groups = int(totals["train_tokens"]), int(totals["groups"])
-        calibrations = [_initial_record(initial), *trainer.calibration_history]
-    else:
-        totals = trainer.generation_totals
-        rollouts, tokens = int(totals["train_rollouts"]), int(totals["train_tokens"])
-        groups, calibrations, lockstep = rollouts // width, [], 0
+    totals = trainer.generation_totals
+    # Throwaway rows that keep processes in lockstep are generated compute too.
+    lockstep = int(totals.get("lockstep_rollouts", 0))
+    rollouts, tokens = int(totals["train_rollouts"]) + lockstep, int(totals["train_tokens"])
+    groups = int(totals["groups"]) if budgeted else rollouts // width
+    calibrations = [_initial_record(initial), *trainer.calibration_history] if calibrated else []
     if dynamic is not None:
         # Per trained prompt: the groups dynamic sampling dropped were generated for the ones it trained on.
         groups = int(dynamic["groups_kept"] + dynamic["groups_zero_variance_trained"])
@@ -159,14 +155,16 @@ def _run_record(spec: TrainSpec, trainer, wall: float, cpu: float, initial: dict
     initial_calibration_cpu = calibrations[0]["cpu_s"] if calibrations else 0.0
     return {
         "run": spec.run, "method": spec.method, "seed": spec.seed, "num_generations": width,
-        "budget_grid": format_grid(spec.budget_grid) if cgrpo else None,
-        "delta": spec.delta if cgrpo else None,
-        "recalibrate_every": spec.recalibrate_every if cgrpo else None,
-        "drop_unanimous": dynamic is not None if cgrpo else None,
+        "budget_grid": format_grid(spec.budget_grid) if budgeted else None,
+        "delta": spec.delta if calibrated else None,
+        "recalibrate_every": spec.recalibrate_every if calibrated else None,
+        "stopping_rule": trainer.args.stopping_rule if budgeted else None,
+        "stop_share": trainer.args.stop_share if budgeted and trainer.args.stopping_rule == "share" else None,
+        "drop_unanimous": dynamic is not None if budgeted else None,
         "compute_matched": spec.compute_matched,
         "reference_budget": reference, "steps": trainer.state.global_step, "groups": groups,
         "steps_per_generation": trainer.args.steps_per_generation,
-        "train_budget_histogram": _budget_histogram(trainer) if cgrpo else {str(width): groups},
+        "train_budget_histogram": _budget_histogram(trainer) if budgeted else {str(width): groups},
         "train_rollouts_generated": rollouts, "lockstep_rollouts_generated": lockstep, "train_tokens_generated": tokens,
         "calibration_rollouts_generated": calibration_rollouts,
         "calibration_tokens_generated": sum(c["tokens"] for c in calibrations),

@@ -27,6 +27,18 @@ def cgrpo_trainer(spec: TrainSpec, output_dir: Path, initial: dict[str, Any] | N
     return _cgrpo_trainer(spec, output_dir, spec.delta, spec.recalibrate_every, initial)
 
 
+def ablation_trainer(spec: TrainSpec, output_dir: Path, initial: None = None):
+    """C-GRPO's trainer with a calibration-free stopping rule (`spec.cgrpo["stopping_rule"]`): nothing is calibrated."""
+    from ..trainer import CGRPOTrainer
+
+    torch.manual_seed(spec.seed)
+    task = _task(spec)
+    args = CGRPOConfig(budget_grid=list(spec.budget_grid), **spec.cgrpo, **_trainer_options(spec, output_dir))
+    return CGRPOTrainer(model=spec.model, reward_funcs=task.reward_funcs, args=args,
+                        train_dataset=_split(spec, task, "train"), answer_extractor=task.extract,
+                        verifier=task.verifier, peft_config=_peft_config(spec))
+
+
 def calibration_trainer(spec: CalibrationSpec, output_dir: Path):
     """A C-GRPO trainer for the initial calibration of `spec.budget_grid` (automatic delta; it never trains)."""
     return _cgrpo_trainer(spec, output_dir, "auto", 0, None)

@@ -28,8 +28,8 @@ SIZE_WEIGHTS = (0.6, 0.3, 0.1)
 OPS_WEIGHTS = (0.45, 0.35, 0.2)
 # Weights of 1, 2 and 3 operations in the task's pool: more chains than the SFT data, so that many prompts are ones
 # the bootstrapped model usually, not always, gets right. Their first two answers often disagree while a majority
-# agrees by k = 4, 8 or 16, which is where the conformal thresholds of the intermediate budgets decide (README, "What
-# the default experiment shows"); the SFT mix left prompts mostly either always or never right.
+# agrees by k = 4, 8 or 16, which is where the conformal thresholds of the intermediate budgets decide (docs/history.md,
+# "The thresholds and the choices behind them"); the SFT mix left prompts mostly either always or never right.
 POOL_OPS_WEIGHTS = (0.2, 0.4, 0.4)
 # Probability that the first operation is a product ("3 bags of 4 pens").
 MUL_PROBABILITY = 0.4
