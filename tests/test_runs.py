@@ -27,7 +27,8 @@ def _cgrpo_record(dynamic_totals: dict | None = None) -> dict:
     processes in lockstep, after an initial calibration of 32 rollouts."""
     totals = {"train_rollouts": 40, "train_tokens": 400, "groups": 10, "lockstep_rollouts": 6, "generation_s": 1.5}
     trainer = SimpleNamespace(cgrpo_totals=totals, generation_totals=totals, calibration_history=[], budget_histogram=Counter({2: 8, 8: 3}),
-                              args=SimpleNamespace(num_generations=8, steps_per_generation=1),
+                              args=SimpleNamespace(num_generations=8, steps_per_generation=1, stopping_rule="conformal",
+                                                   stop_share=0.75),
                               state=SimpleNamespace(global_step=5), dynamic_totals=dynamic_totals)
     thresholds = Thresholds(delta=0.2, qhat={2: 1.0, 8: 0.9}, solve_rate=0.8, n_calibration=4)
     initial = {"thresholds": thresholds, "rollouts": 32, "tokens": 320, "wall_s": 1.0, "cpu_s": 0.75}
@@ -62,7 +63,7 @@ def test_cgrpo_with_drop_unanimous_counts_its_rollouts_per_prompt_trained_on():
 def test_the_configs_dynamic_sampling_options_reach_the_trainers(tiny_model_dir, tmp_path):
     config = yaml.safe_load((REPO / "config" / "cgrpo_drop.yaml").read_text())
     config["cgrpo"]["options"]["max_sampling_rounds"] = 2
-    config["dapo"].update(prompts_per_round=8, max_sampling_rounds=3)
+    config["dapo"].update(prompts_per_round=32, max_sampling_rounds=3)
     splits = tmp_path / "splits"
     make_splits(get_task("arithmetic", num_examples=200).load(), splits,
                 sizes={"train": 32, "calibration": 32, "eval": 8}, seed=0)
@@ -73,8 +74,8 @@ def test_the_configs_dynamic_sampling_options_reach_the_trainers(tiny_model_dir,
 
     spec = methods.train_spec(config, "dapo_s0_G8", tiny_model_dir, str(splits))
     dapo = trainers.dapo_trainer(spec, tmp_path / "dapo")
-    assert (dapo.args.prompts_per_round, dapo.args.max_sampling_rounds) == (8, 3)
-    assert (dapo._sampler.prompts_per_round, dapo._sampler.max_rounds) == (8, 3)
+    assert (dapo.args.prompts_per_round, dapo.args.max_sampling_rounds) == (32, 3)
+    assert (dapo._sampler.prompts_per_round, dapo._sampler.max_rounds) == (32, 3)
 
 
 def _fixed_run(root, name="grpo_s1_G32", **overrides):
