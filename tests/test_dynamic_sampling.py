@@ -51,9 +51,12 @@ class RecordingReward:
 
 
 def _config(tmp_path, **overrides) -> DynamicSamplingConfig:
+    # One generation batch of prompts per round and short batches allowed, so each test controls its rounds; the
+    # recipe's defaults have tests of their own.
     options = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, num_generations=G,
                    per_device_train_batch_size=4 * G, max_completion_length=6, max_steps=2, logging_steps=1,
-                   report_to=[], save_strategy="no", seed=0, max_sampling_rounds=3)
+                   report_to=[], save_strategy="no", seed=0, max_sampling_rounds=3, prompts_per_round=4,
+                   allow_short_batch=True)
     options.update(overrides)
     return DynamicSamplingConfig(**options)
 
@@ -164,6 +167,7 @@ def test_prompt_stream_is_seeded_covers_each_pass_and_resumes_from_its_position(
     [
         ({"max_sampling_rounds": 0}, "max_sampling_rounds must be a positive integer"),
         ({"prompts_per_round": 3}, r"prompts_per_round \(3\) must be at least the prompts of one generation batch"),
+        ({"filter_metric": ""}, "filter_metric must be a reward function's name or None"),
         ({"ignore_data_skip": True}, "ignore_data_skip=True would resume without dynamic sampling's saved state"),
     ],
 )
@@ -172,13 +176,22 @@ def test_invalid_config_values_raise(tmp_path, overrides, message):
         _config(tmp_path, **overrides)
 
 
-def test_config_defaults(tmp_path):
-    config = _config(tmp_path)
-    assert config.prompts_per_round == 4 and config.max_sampling_rounds == 3
-    assert DynamicSamplingConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False).max_sampling_rounds == 4
+def test_config_defaults_are_the_dapo_recipes(tmp_path):
+    # The recipe: gen_batch_size = 3 x train batch, max_num_gen_batches = 10, an error when the rounds run out.
+    config = DynamicSamplingConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, num_generations=G,
+                                   per_device_train_batch_size=4 * G)
+    assert (config.prompts_per_round, config.max_sampling_rounds) == (3 * 4, 10)
+    assert config.filter_metric is None and config.allow_short_batch is False
+    # C-GRPO's drop_unanimous shares the rounds and the error, but not the over-sampling (see CGRPOConfig).
+    cgrpo = CGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=[2, 4],
+                        per_device_train_batch_size=8, drop_unanimous=True)
+    assert (cgrpo.prompts_per_round, cgrpo.max_sampling_rounds, cgrpo.allow_short_batch) == (2, 10, False)
     with pytest.raises(ValueError, match="max_sampling_rounds"):
         CGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=[2, 4], drop_unanimous=True,
                     max_sampling_rounds=0)
+    with pytest.raises(ValueError, match=r"prompts_per_round \(1\) must be at least"):
+        CGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=[2, 4],
+                    per_device_train_batch_size=8, drop_unanimous=True, prompts_per_round=1)
 
 
 def test_invalid_trainer_arguments_raise(tiny_model_dir, tmp_path):
@@ -252,6 +265,41 @@ def test_a_short_batch_trains_on_the_informative_groups_found(tiny_model_dir, tm
     assert output["completion_ids"].size(0) == 2 * G
     assert "2 informative groups of the 4" in caplog.text and "training on 2 informative groups" in caplog.text
     assert trainer._sampler.stream is None  # one round: nothing to refill from
+
+
+def test_a_batch_still_short_after_the_last_round_is_an_error_naming_the_options(tiny_model_dir, tmp_path):
+    reward = RecordingReward(informative=False)
+    trainer = _trainer(tiny_model_dir, tmp_path, reward=reward, max_sampling_rounds=2, allow_short_batch=False)
+    with pytest.raises(RuntimeError, match="found 0 informative groups of the 4 the batch needs after 2 rounds.*"
+                                           "set allow_short_batch=True"):
+        _score(trainer, [1, 3, 5, 7])
+    assert len(reward.calls) == 2
+
+
+def _always_varying(completions, **kwargs):
+    return [float(j % 2) for j in range(len(completions))]
+
+
+def test_filter_metric_lets_one_reward_function_decide_which_groups_are_informative(tiny_model_dir, tmp_path):
+    # A second reward that varies in every group makes every group informative on the combined reward.
+    rewards = [RecordingReward(), _always_varying]
+    combined = _trainer(tiny_model_dir, tmp_path / "combined", reward=rewards, max_sampling_rounds=1)
+    _score(combined, [0, 2, 4, 1])
+    assert combined.dynamic_totals["groups_kept"] == 4
+    parity = _trainer(tiny_model_dir, tmp_path / "parity", reward=rewards, max_sampling_rounds=1,
+                      filter_metric="parity")
+    output = _score(parity, [0, 2, 4, 1])
+    assert parity.dynamic_totals["groups_kept"] == 1 and parity.dynamic_totals["groups_dropped"] == 3
+    assert {int(p.split("+")[0]) for p in parity._logs["prompt"]} == {1}
+    assert output["completion_ids"].size(0) == G
+
+
+def test_an_unknown_filter_metric_is_an_error_listing_the_reward_functions(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"filter_metric 'acc' names no reward function; set it to one of "
+                                         r"'parity', '_always_varying'"):
+        _trainer(tiny_model_dir, tmp_path, reward=[RecordingReward(), _always_varying], filter_metric="acc")
+    with pytest.raises(ValueError, match="filter_metric 'acc' names no reward function"):
+        _cgrpo(tiny_model_dir, tmp_path, RecordingReward(), filter_metric="acc")
 
 
 def test_kept_rows_split_evenly_into_micro_batches(tiny_model_dir, tmp_path):

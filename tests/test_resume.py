@@ -31,18 +31,19 @@ class _StopAfter(TrainerCallback):
         return control
 
 
-def _trainer(model_dir, output_dir, callbacks=None) -> CGRPOTrainer:
+def _trainer(model_dir, output_dir, callbacks=None, **options) -> CGRPOTrainer:
     data = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(40)], "answer": ["1"] * 40})
-    args = CGRPOConfig(
-        output_dir=str(output_dir), use_cpu=True, bf16=False, budget_grid=[2, 4, 8], per_device_train_batch_size=16,
-        max_completion_length=6, max_steps=STEPS, logging_steps=1, report_to=[], save_strategy="steps",
-        save_steps=SAVE_EVERY, recalibrate_every=RECALIBRATE_EVERY, seed=0, min_generation_prompts=1, conformal_delta=0.3,
-    )
+    args = CGRPOConfig(**{
+        "output_dir": str(output_dir), "use_cpu": True, "bf16": False, "budget_grid": [2, 4, 8],
+        "per_device_train_batch_size": 16, "max_completion_length": 6, "max_steps": STEPS, "logging_steps": 1,
+        "report_to": [], "save_strategy": "steps", "save_steps": SAVE_EVERY, "recalibrate_every": RECALIBRATE_EVERY,
+        "seed": 0, "min_generation_prompts": 1, "conformal_delta": 0.3, **options,
+    })
     # The length's parity as the answer: about half the answers are right, prompts stop at different budgets, and the
     # randomized score and the stopping RNG matter.
     return CGRPOTrainer(
         model=model_dir, reward_funcs=lambda completions, **kw: [float(len(c) % 3) for c in completions], args=args,
-        train_dataset=data.select(range(32)), calibration_dataset=data.select(range(32, 40)),
+        train_dataset=data.select(range(32)), calibration_dataset=data.select(range(32, 40)) if args.calibrated else None,
         answer_extractor=lambda text: str(len(text) % 2), callbacks=callbacks,
     )
 
@@ -79,7 +80,7 @@ def _same_weights(first: list[torch.Tensor], second: list[torch.Tensor]) -> bool
 
 def _outcome(trainer: CGRPOTrainer) -> dict:
     """Everything a run decides and counts, without wall-clock seconds."""
-    seconds = ("generation_s", "calibration_s")
+    seconds = ("generation_s", "calibration_s", "holdout_s", "holdout_cpu_s")
     return {
         "logs": _logs(trainer, ("cgrpo/", "loss", "reward")),
         "calibrations": [{k: v for k, v in record.items() if k != "wall_s"} for record in trainer.calibration_history],
@@ -117,6 +118,23 @@ def test_resumed_run_equals_an_uninterrupted_one(tiny_model_dir, tmp_path, unint
     for key in ("logs", "calibrations", "totals", "budgets"):
         assert outcome[key] == uninterrupted[key], key
     assert _same_weights(outcome["weights"], uninterrupted["weights"])
+
+
+def test_resumed_calibration_free_run_equals_an_uninterrupted_one(tiny_model_dir, tmp_path):
+    make_trainer = partial(_trainer, tiny_model_dir, stopping_rule="share")
+    uninterrupted = make_trainer(tmp_path / "uninterrupted")
+    uninterrupted.train()
+    expected = _outcome(uninterrupted)
+    resumed, checkpoint = _interrupted_and_resumed(make_trainer, tmp_path / "interrupted")
+    saved = json.loads(state_file(checkpoint, "cgrpo", 0).read_text())
+    assert saved["thresholds"] is None and saved["calibration_history"] == []
+    outcome = _outcome(resumed)
+    # Prompts stopped at different budgets, before and after the checkpoint, with no calibration at all.
+    assert len(outcome["budgets"]) > 1 and outcome["totals"]["calibration_rollouts"] == 0
+    assert resumed.thresholds is None and outcome["calibrations"] == []
+    for key in ("logs", "totals", "budgets"):
+        assert outcome[key] == expected[key], key
+    assert _same_weights(outcome["weights"], expected["weights"])
 
 
 def test_resumed_dynamic_sampling_run_equals_an_uninterrupted_one(tiny_model_dir, tmp_path):

@@ -258,7 +258,7 @@ def test_invalid_trainer_arguments_raise(tiny_model_dir, tmp_path):
         CGRPOTrainer(**common, calibration_dataset=_data(2), answer_extractor=str, rollout_func=lambda p, t: {})
     with pytest.raises(ValueError, match="verifier"):
         CGRPOTrainer(**{**common, "args": _config(tmp_path, score="pass_rate")}, calibration_dataset=_data(2))
-    with pytest.raises(ValueError, match="exceeds the calibration set"):
+    with pytest.raises(ValueError, match="need more examples than the calibration set holds"):
         CGRPOTrainer(**{**common, "args": _config(tmp_path, num_calibration_samples=5)}, calibration_dataset=_data(2),
                      answer_extractor=str)
 

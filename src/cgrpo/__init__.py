@@ -1,7 +1,7 @@
 """C-GRPO: conformal, per-prompt rollout budgets for GRPO post-training with TRL.
 
-The package is the trainer library: `CGRPOConfig` and `CGRPOTrainer` (`config`, `trainer`, `trainer_state`,
-`padding`) on the seeded conformal core they share with the evaluation (`conformal`, `calibration`), and DAPO's dynamic
+The package is the trainer library: `CGRPOConfig` and `CGRPOTrainer` (`config`, `trainer`, `trainer_calibration`,
+`trainer_state`, `padding`, and the stopping rules in `stopping`) on the seeded conformal core they share with the evaluation (`conformal`, `calibration`), and DAPO's dynamic
 sampling for TRL's GRPO (`DynamicSamplingConfig`, `DynamicSamplingGRPOTrainer` in `dynamic_sampling`) on the sampler
 C-GRPO reuses with `drop_unanimous=True` (`sampler`). The trainers share one support layer (`support`). The experiment pipeline built on it lives in `cgrpo.pipeline`, which nothing here imports.
 """

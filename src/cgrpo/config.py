@@ -9,6 +9,7 @@ from trl import GRPOConfig
 from .calibration import SCORES, training_grid
 from .conformal import DELTA_MARGIN
 from .sampler import validate_dynamic_sampling
+from .stopping import CALIBRATION_FREE_RULES, STOPPING_RULES
 from .support import check_whole_groups, refuse_ignore_data_skip
 from .user_code import VERIFIER_TIMEOUT_S
 
@@ -27,7 +28,20 @@ class CGRPOConfig(GRPOConfig):
     Parameters:
         budget_grid (`list[int]`, *optional*, defaults to `[2, 4, 8, 16, 32]`):
             Increasing per-prompt sampling budgets. Each prompt is sampled in increments along this grid and stops at
-            the first budget whose conformal prediction set is a singleton. Stored sorted.
+            the first budget where the stopping rule holds (by default, whose conformal prediction set is a
+            singleton). Stored sorted.
+        stopping_rule (`str`, *optional*, defaults to `"conformal"`):
+            When a prompt stops (`cgrpo.stopping`): `"conformal"` (C-GRPO's rule, with thresholds fitted on the
+            calibration set), or one of the calibration-free rules on the same grid: `"unanimous"` (all outcomes so
+            far agree: one extracted answer, none failed; for the execution scores, all pass) and `"share"` (the most
+            frequent answer holds at least `stop_share` of the outcomes so far, failed extractions counting in the
+            denominator only; for the execution scores, the share of passes). The calibration-free rules need no
+            `calibration_dataset`, run no calibration, count no calibration cost and leave `thresholds` None.
+        stop_share (`float`, *optional*, defaults to `0.75`):
+            The share tau of the `"share"` rule, in (0, 1]; `1` is the unanimous rule. Any tau above 1/2 stops the
+            first budget of the default grid (2) only on two agreeing answers, as the other rules do, so the rules
+            differ at the larger budgets, where 0.75 tolerates one dissenting answer in 4, 2 in 8 and 4 in 16: a clear
+            majority, never a split vote.
         num_generations (`int` or `None`, *optional*, defaults to `None`):
             Group width seen by TRL. `None` means `max(budget_grid)`; any other value must equal it.
         conformal_delta (`float` or `None`, *optional*, defaults to `None`):
@@ -54,7 +68,15 @@ class CGRPOConfig(GRPOConfig):
             (`min_generation_prompts`, `steps_per_generation`, `num_iterations`), batches start at steps 0, S, 2S,
             ..., and a refit happens at the first of them at least N steps after the previous calibration.
         num_calibration_samples (`int` or `None`, *optional*, defaults to `None`):
-            Number of calibration examples used at each calibration (the first ones); `None` uses them all.
+            Number of calibration examples used at each calibration (the first ones); `None` uses them all (all but
+            the held-out ones with `calibration_holdout`).
+        calibration_holdout (`int`, *optional*, defaults to `0`):
+            A diagnostic of the training calibrations, not part of the method: this many calibration-dataset examples
+            after the calibration examples are scored with the same policy at every calibration, and its history
+            record gets the coverage of the thresholds just fitted on them (`holdout`: per-k share of held-out scores
+            <= qhat_k, and their count). `0` turns it off. Its rollouts, wall and CPU seconds are counted apart, in
+            `cgrpo_totals` (`holdout_rollouts`, `holdout_tokens`, `holdout_s`, `holdout_cpu_s`), never in the
+            calibration or training costs; the run's wall clock includes them. Needs the `"conformal"` rule.
         min_generation_prompts (`int` or `None`, *optional*, defaults to `None`):
             `None` keeps TRL's generation schedule: `steps_per_generation` as `GRPOConfig` sets it (one generation
             batch per optimizer step), so training is as on-policy as with `GRPOTrainer`. An integer shares one
@@ -80,15 +102,36 @@ class CGRPOConfig(GRPOConfig):
             refill the generation batch with groups of new prompts, in rounds of one generation batch of prompts
             each, until it holds as many informative groups as prompts it started with (see
             `cgrpo.dynamic_sampling`). Counts are in `trainer.dynamic_totals` and the `dynamic/*` metrics.
-        max_sampling_rounds (`int`, *optional*, defaults to `4`):
-            With `drop_unanimous`, most rounds (budget-grid sampling of a generation batch of prompts) per generation
-            batch, the first included; when spent, training goes on with the informative groups found.
+        max_sampling_rounds (`int`, *optional*, defaults to `10`):
+            With `drop_unanimous`, most rounds (budget-grid sampling of `prompts_per_round` prompts) per generation
+            batch, the first included; DAPO's default (`DynamicSamplingConfig`, verl's `max_num_gen_batches`).
+        prompts_per_round (`int` or `None`, *optional*, defaults to `None`):
+            With `drop_unanimous`, prompts sampled per round, all processes together; `None` means one generation
+            batch of prompts. Unlike DAPO's default (three), C-GRPO does not over-sample by default: its point is to
+            spend fewer rollouts, and the informative groups an over-sampled round finds beyond the batch are
+            generated for nothing, while refill rounds already fill the batch.
+        filter_metric (`str` or `None`, *optional*, defaults to `None`):
+            With `drop_unanimous`, the reward function (as TRL names it) whose rewards alone decide which groups are
+            informative; `None` tests the combined reward (see `DynamicSamplingConfig.filter_metric`).
+        allow_short_batch (`bool`, *optional*, defaults to `False`):
+            With `drop_unanimous`, train on the informative groups found when the rounds are spent short of a full
+            batch, instead of stopping with an error (DAPO's default, as verl).
     """
 
     budget_grid: list[int] = field(
         default_factory=lambda: [2, 4, 8, 16, 32],
         metadata={"help": "Increasing per-prompt sampling budgets; a prompt stops at the first budget whose conformal "
                           "prediction set is a singleton."},
+    )
+    stopping_rule: str = field(
+        default="conformal",
+        metadata={"help": "When a prompt stops: 'conformal' (calibrated thresholds), or the calibration-free "
+                          "'unanimous' (all outcomes so far agree) or 'share' (the top answer holds stop_share of them)."},
+    )
+    stop_share: float = field(
+        default=0.75,
+        metadata={"help": "Share tau in (0, 1] of the outcomes so far the most frequent answer must hold for the "
+                          "'share' rule to stop a prompt."},
     )
     num_generations: int | None = field(
         default=None,
@@ -127,6 +170,11 @@ class CGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "Number of calibration examples used at each calibration; None uses the whole set."},
     )
+    calibration_holdout: int = field(
+        default=0,
+        metadata={"help": "Calibration-dataset examples after the calibration examples on which each calibration's "
+                          "thresholds are checked (coverage per k, a diagnostic costed apart); 0 turns it off."},
+    )
     min_generation_prompts: int | None = field(
         default=None,
         metadata={"help": "None keeps TRL's schedule (one generation batch per optimizer step). An integer shares one "
@@ -154,9 +202,23 @@ class CGRPOConfig(GRPOConfig):
                           "training on them, and refill the generation batch with new prompts (dynamic sampling)."},
     )
     max_sampling_rounds: int = field(
-        default=4,
-        metadata={"help": "With drop_unanimous, most generation rounds per generation batch, the first included; when "
-                          "spent, training goes on with the informative groups found."},
+        default=10,
+        metadata={"help": "With drop_unanimous, most generation rounds per generation batch, the first included."},
+    )
+    prompts_per_round: int | None = field(
+        default=None,
+        metadata={"help": "With drop_unanimous, prompts sampled per round, all processes together; None means one "
+                          "generation batch of prompts."},
+    )
+    filter_metric: str | None = field(
+        default=None,
+        metadata={"help": "With drop_unanimous, the reward function (as TRL names it) whose rewards alone decide which "
+                          "groups are informative; None tests the combined reward."},
+    )
+    allow_short_batch: bool = field(
+        default=False,
+        metadata={"help": "With drop_unanimous, train on the informative groups found when the rounds are spent short "
+                          "of a full batch, instead of stopping with an error."},
     )
 
     def __post_init__(self):
@@ -184,10 +246,15 @@ class CGRPOConfig(GRPOConfig):
             )
         check_whole_groups(self.per_device_train_batch_size, self.steps_per_generation, "steps_per_generation",
                            self.max_budget, "max(budget_grid)", "adjust the batch size")
-        validate_dynamic_sampling(self, self.max_sampling_rounds)
+        validate_dynamic_sampling(self, 1)
         if self.calibration_batch_size is None:
             generation_rows = self.per_device_train_batch_size * self.steps_per_generation
             self.calibration_batch_size = max(1, generation_rows // self.max_budget)
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the stopping rule uses calibrated thresholds (only `"conformal"` does)."""
+        return self.stopping_rule not in CALIBRATION_FREE_RULES
 
     @property
     def max_budget(self) -> int:
@@ -226,6 +293,16 @@ class CGRPOConfig(GRPOConfig):
             raise ValueError(f"delta_margin must lie in [0, 1), got {self.delta_margin}.")
         if self.split_delta and self.conformal_delta is not None:
             raise ValueError("split_delta only applies to the automatic delta; set conformal_delta=None or drop split_delta.")
+        if self.stopping_rule not in STOPPING_RULES:
+            raise ValueError(f"stopping_rule must be one of {', '.join(STOPPING_RULES)}, got {self.stopping_rule!r}.")
+        if not (isinstance(self.stop_share, (int, float)) and 0.0 < self.stop_share <= 1.0):
+            raise ValueError(f"stop_share must lie in (0, 1], got {self.stop_share!r}.")
+        if not isinstance(self.calibration_holdout, int) or self.calibration_holdout < 0:
+            raise ValueError(f"calibration_holdout must be a non-negative integer (0 turns it off), got "
+                             f"{self.calibration_holdout!r}.")
+        if self.calibration_holdout and not self.calibrated:
+            raise ValueError(f"calibration_holdout checks calibrated thresholds, which stopping_rule="
+                             f"{self.stopping_rule!r} has none of; set calibration_holdout=0 or use the conformal rule.")
         if self.score not in SCORES:
             raise ValueError(f"score must be one of {', '.join(SCORES)}, got {self.score!r}.")
         if self.recalibrate_every < 0:

@@ -4,9 +4,10 @@ policy update. The trainer's logged savings and the pipeline's run records both 
 from __future__ import annotations
 
 import numbers
+import os
 from collections.abc import Iterable
 
-__all__ = ["rollout_savings", "rollout_savings_with_calibration", "rollouts_per_prompt"]
+__all__ = ["cpu_seconds", "rollout_savings", "rollout_savings_with_calibration", "rollouts_per_prompt"]
 
 
 def is_integer(value: object) -> bool:
@@ -78,3 +79,12 @@ def rollouts_per_prompt(
     """Generated rollouts per training prompt, calibration included (the Pareto-plot x-axis)."""
     used = _total(generated_train, "generated_train") + _total(generated_calibration, "generated_calibration")
     return used / _positive_groups(groups)
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user and system) of this process and of its children that have ended, so far (`os.times()`).
+
+    Unlike wall clock, it does not move with what runs beside a job on shared cores.
+    """
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system

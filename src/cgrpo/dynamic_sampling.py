@@ -26,6 +26,9 @@ from .sampler import (
 )
 from .support import SupportedGRPOTrainer, refuse_ignore_data_skip
 
+# The DAPO recipe samples gen_batch_size = 3 x train_batch_size prompts per round.
+DAPO_ROUNDS_OF_PROMPTS = 3
+
 __all__ = ["TOTALS_KEYS", "DynamicSampler", "DynamicSamplingConfig", "DynamicSamplingGRPOTrainer", "PromptStream",
            "SharePlan", "informative_groups", "share_plan", "validate_dynamic_sampling"]
 
@@ -41,47 +44,54 @@ class DynamicSamplingConfig(GRPOConfig):
     `generation_batch_size // num_generations` the number of informative groups, each generation batch is filled with.
     Dynamic sampling adds:
 
+    The defaults are those of verl's DAPO recipe (`docs/dapo.md` lists what still differs).
+
     Parameters:
         prompts_per_round (`int` or `None`, *optional*, defaults to `None`):
             Prompts sampled per round, all processes together (DAPO's over-sampling, verl's `gen_batch_size`). The
             first round holds the dataloader's prompts and tops them up to this number from the training set; later
-            rounds draw this many new prompts. `None` means `generation_batch_size // num_generations`, the prompts of
-            one generation batch (no over-sampling). Must be at least that and a multiple of the number of processes.
-        max_sampling_rounds (`int`, *optional*, defaults to `4`):
-            Most rounds per generation batch, the first included. When they are spent and fewer informative groups
-            than the batch needs were found, training goes on with the ones found (a warning gives the counts). `1`
-            drops zero-variance groups without refilling.
+            rounds draw this many new prompts. `None` means `3 * generation_batch_size // num_generations`, three
+            generation batches of prompts, as the recipe's `gen_batch_size = 3 * train_batch_size`. Must be at least
+            one generation batch of prompts and a multiple of the number of processes.
+        max_sampling_rounds (`int`, *optional*, defaults to `10`):
+            Most rounds per generation batch, the first included (the recipe's `max_num_gen_batches`). `1` drops
+            zero-variance groups without refilling.
+        filter_metric (`str` or `None`, *optional*, defaults to `None`):
+            Name of the reward function whose rewards alone decide whether a group is informative (verl's
+            `filter_groups.metric`, the accuracy reward `"acc"` in the recipe), as TRL names reward functions: a
+            function's `__name__` (that of the function a `functools.partial` binds), a reward model's name. `None`
+            tests the reward TRL normalises (the weighted sum of all reward functions). An unknown name is an error
+            when the trainer is built.
+        allow_short_batch (`bool`, *optional*, defaults to `False`):
+            When the rounds are spent with fewer informative groups than the batch needs, train on the ones found (a
+            warning gives the counts) instead of stopping with an error, as verl does.
     """
 
     prompts_per_round: int | None = field(
         default=None,
-        metadata={"help": "Prompts sampled per round, all processes together (verl's gen_batch_size); None means "
-                          "generation_batch_size // num_generations, one generation batch of prompts."},
+        metadata={"help": "Prompts sampled per round, all processes together (verl's gen_batch_size); None means three "
+                          "generation batches of prompts, 3 * generation_batch_size // num_generations."},
     )
     max_sampling_rounds: int = field(
-        default=4,
-        metadata={"help": "Most generation rounds per generation batch, the first included; when spent, training goes "
-                          "on with the informative groups found."},
+        default=10,
+        metadata={"help": "Most generation rounds per generation batch, the first included (verl's "
+                          "max_num_gen_batches)."},
+    )
+    filter_metric: str | None = field(
+        default=None,
+        metadata={"help": "Name of the reward function (as TRL names it) whose rewards alone decide whether a group "
+                          "is informative (verl's filter_groups.metric); None tests the combined reward."},
+    )
+    allow_short_batch: bool = field(
+        default=False,
+        metadata={"help": "Train on the informative groups found when the rounds are spent short of a full batch, "
+                          "instead of stopping with an error as verl does."},
     )
 
     def __post_init__(self):
         super().__post_init__()
         refuse_ignore_data_skip(self, "dynamic sampling's saved state (refill stream position, totals)")
-        validate_dynamic_sampling(self, self.max_sampling_rounds)
-        batch_prompts = self.generation_batch_size // self.num_generations
-        if self.prompts_per_round is None:
-            self.prompts_per_round = batch_prompts
-        elif self.prompts_per_round < batch_prompts:
-            raise ValueError(
-                f"prompts_per_round ({self.prompts_per_round}) must be at least the prompts of one generation batch "
-                f"(generation_batch_size // num_generations = {batch_prompts}), which the first round holds; raise it "
-                "or leave it None."
-            )
-        if self.prompts_per_round % self.world_size:
-            raise ValueError(
-                f"prompts_per_round ({self.prompts_per_round}) must be a multiple of the number of processes "
-                f"({self.world_size}) so that every process samples as many prompts; round it."
-            )
+        validate_dynamic_sampling(self, DAPO_ROUNDS_OF_PROMPTS)
 
 
 # ---------------------------------------------------------------------- the trainer
@@ -92,7 +102,8 @@ class DynamicSamplingGRPOTrainer(SupportedGRPOTrainer):
     `num_generations` completions for `args.prompts_per_round` prompts and scores them with the reward functions; the
     groups whose rewards all agree are dropped, and rounds go on until the batch holds
     `generation_batch_size // num_generations` informative groups or `args.max_sampling_rounds` rounds have run (then
-    training goes on with the groups found, and a warning says so). TRL then builds the batch from the kept groups
+    training stops with an error, or, with `args.allow_short_batch`, goes on with the groups found and a warning says
+    so). With `args.filter_metric`, one reward function's rewards alone decide which groups are informative. TRL then builds the batch from the kept groups
     alone: their old-policy and reference log-probs, advantages and loss are exactly TRL's on a generation batch made
     of them, for every loss type. Rewards are computed once per round, so every reward function sees every sampled
     completion exactly once.
@@ -132,8 +143,7 @@ class DynamicSamplingGRPOTrainer(SupportedGRPOTrainer):
             raise TypeError("DynamicSamplingGRPOTrainer needs args=DynamicSamplingConfig(...), which carries the "
                             "dynamic sampling options.")
         super().__init__(model, checked_reward_funcs(reward_funcs), args, train_dataset, *more, **kwargs)
-        self._sampler = DynamicSampler(self, rows_multiple=args.steps_per_generation,
-                                       prompts_per_round=args.prompts_per_round, max_rounds=args.max_sampling_rounds)
+        self._sampler = DynamicSampler(self, rows_multiple=args.steps_per_generation)
         self.dynamic_totals = self._sampler.totals
         self.generation_totals = self.dynamic_totals
 

@@ -27,7 +27,10 @@ all its scorable rows (rows where at least one reward function returned a number
 deviation is within `torch.isclose`'s tolerance of zero, the test behind TRL's own `frac_reward_zero_std`. With
 `multi_objective_aggregation="sum_then_normalize"` (TRL's default) that reward is the weighted sum of the reward
 functions (`reward_weights`); with `"normalize_then_sum"` it is the weighted sum of each function's reward normalised
-within the group. A group with fewer than two scorable rows is zero-variance too.
+within the group. A group with fewer than two scorable rows is zero-variance too. With `filter_metric` naming one reward
+function (verl's `algorithm.filter_groups.metric`, the accuracy reward in the DAPO recipe), that function's reward alone
+is tested, its rows without a number left out: a group whose correctness varies is kept even when only its format
+reward varies not, and one whose correctness agrees is dropped even when its format reward varies.
 
 Once the rounds stop, every process must hold the same number of groups (TRL gathers per-row tensors across
 processes): the informative groups found anywhere are shared out evenly, first found first kept, a process with more
@@ -40,7 +43,8 @@ fewest groups TRL can split, zero-variance ones included: they carry zero advant
 The kept groups go through TRL's own batch construction, alone: their old-policy and reference log-probs, their
 advantages (with `scale_rewards="batch"`, the kept groups' standard deviation) and `num_items_in_batch` are computed
 over them, and no row of a dropped or surplus group reaches a forward pass. A batch short of its target (the rounds ran
-out) therefore has fewer rows rather than masked filler rows, and every loss type is exactly TRL's loss on a generation
+out, which is an error unless `allow_short_batch`, as verl stops with an error) therefore has fewer rows rather than
+masked filler rows, and every loss type is exactly TRL's loss on a generation
 batch made of the kept groups: each loss normalises over the rows of a micro-batch or the tokens of the generation
 batch it is given, so in a short batch each kept row weighs more than in a full one, as its groups are all there is.
 Refill prompts are drawn independently of TRL's dataloader, so within an epoch a prompt can be sampled more than once.
@@ -71,6 +75,7 @@ __all__ = [
     "DynamicSampler",
     "PromptStream",
     "SharePlan",
+    "filter_column",
     "informative_groups",
     "share_plan",
     "validate_dynamic_sampling",
@@ -227,11 +232,10 @@ class DynamicSampler:
     computed once, in the round that sampled them), so TRL builds the batch from the kept groups alone.
 
     Args:
-        trainer: the `GRPOTrainer` subclass that owns it (its accelerator, train set, reward weights and metrics).
+        trainer: the `GRPOTrainer` subclass that owns it (its accelerator, train set, reward functions, weights and
+            metrics). Its `args` carry the options: `prompts_per_round` (all processes together), `max_sampling_rounds`,
+            `filter_metric` and `allow_short_batch` (see `DynamicSamplingConfig`).
         rows_multiple: every process keeps a multiple of this many rows (the kept groups times `num_generations`).
-        prompts_per_round: prompts per round, all processes together; `None` means the prompts of one generation
-            batch.
-        max_rounds: most rounds per generation batch.
 
     Attributes:
         totals (`dict[str, float]`): running totals over the run (all processes unless said): `train_rollouts` and
@@ -245,22 +249,24 @@ class DynamicSampler:
             dataloader's). `groups_sampled` is the sum of the four kinds of groups.
     """
 
-    def __init__(self, trainer: GRPOTrainer, rows_multiple: int = 1, prompts_per_round: int | None = None,
-                 max_rounds: int = 4):
+    def __init__(self, trainer: GRPOTrainer, rows_multiple: int = 1):
+        args = trainer.args
         self.trainer = trainer
         self.group_size = trainer.num_generations
         # Kept groups per process come in multiples of this, so that they fill `rows_multiple`-row multiples.
         self.unit = rows_multiple // math.gcd(rows_multiple, self.group_size)
-        self.prompts_per_round = prompts_per_round
-        self.max_rounds = max_rounds
+        self.prompts_per_round = args.prompts_per_round
+        self.max_rounds = args.max_sampling_rounds
+        self.allow_short_batch = args.allow_short_batch
+        self.filter_column = filter_column(trainer.reward_func_names, args.filter_metric)
         self.totals: dict[str, float] = dict.fromkeys(TOTALS_KEYS, 0.0)
         dataset = trainer.train_dataset
-        refills = max_rounds > 1 or (prompts_per_round or 0) > trainer.args.generation_batch_size // self.group_size
+        refills = self.max_rounds > 1 or self.prompts_per_round > args.generation_batch_size // self.group_size
         if refills and (dataset is None or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__")):
             raise NotImplementedError(
                 "Dynamic sampling refills the batch with prompts drawn from train_dataset by index, which an iterable "
-                "dataset does not allow; pass a map-style datasets.Dataset, or set max_sampling_rounds=1 without "
-                "over-sampling."
+                "dataset does not allow; pass a map-style datasets.Dataset, or set max_sampling_rounds=1 and "
+                "prompts_per_round to one generation batch of prompts."
             )
         self.stream = PromptStream(len(dataset), trainer.args.seed) if refills else None
         self._replay: Generated | None = None
@@ -296,7 +302,7 @@ class DynamicSampler:
                              "per_device_train_batch_size * steps_per_generation a multiple of num_generations.")
         local_target = len(inputs) // width
         target = local_target * processes
-        per_round = (self.prompts_per_round or target) // processes
+        per_round = self.prompts_per_round // processes
         weights = trainer.reward_weights
         aggregation = getattr(trainer, "multi_objective_aggregation", "sum_then_normalize")
         groups: list[_Group] = []
@@ -319,7 +325,7 @@ class DynamicSampler:
             prompts = [example["prompt"] for example in examples]
             rewards = trainer._calculate_rewards(examples, prompts, generated.completions, generated.completion_ids)
             extras = self._pop_pending_extras(len(examples))
-            informative = informative_groups(rewards, weights, width, aggregation)
+            informative = self._informative(rewards, weights, aggregation)
             flags.append(informative.view(processes, per_round).cpu())
             combined = (rewards * weights.to(rewards.device)).nansum(dim=1)
             scorable = ~torch.isnan(rewards).all(dim=1)
@@ -333,10 +339,23 @@ class DynamicSampler:
             found = int(torch.stack(flags).sum().item())
             if found >= target or rounds >= self.max_rounds:
                 break
+        if found < target and not self.allow_short_batch:
+            raise RuntimeError(
+                f"Dynamic sampling found {found} informative groups of the {target} the batch needs after {rounds} "
+                f"rounds (max_sampling_rounds={self.max_rounds}, prompts_per_round={self.prompts_per_round}); raise "
+                "max_sampling_rounds or prompts_per_round, or set allow_short_batch=True to train on the groups found."
+            )
         counts = torch.stack(flags).sum(dim=(0, 2)).tolist()  # informative groups per process
         kept, plan = self._share_out(groups, [int(c) for c in counts], local_target, rank)
         self._record(plan, rounds, refill, target, rows_tokens, reward_sum / max(reward_rows, 1))
         return self._set_replay(kept)
+
+    def _informative(self, rewards: torch.Tensor, weights: torch.Tensor, aggregation: str) -> torch.Tensor:
+        """The groups `informative_groups` keeps, on the combined reward or on the `filter_metric` reward alone."""
+        if self.filter_column is None:
+            return informative_groups(rewards, weights, self.group_size, aggregation)
+        column = rewards[:, self.filter_column : self.filter_column + 1]
+        return informative_groups(column, torch.ones(1), self.group_size)
 
     def _draw(self, count: int, processes: int, rank: int, keys: list[str]) -> list[dict[str, Any]]:
         """`count` new prompts for this process, each repeated `num_generations` times, from the shared stream."""
@@ -400,7 +419,7 @@ class DynamicSampler:
         trainer = self.trainer
         device = trainer.accelerator.device
         rollouts, tokens = trainer.accelerator.gather(rows_tokens.to(device).unsqueeze(0)).sum(dim=0).tolist()
-        sampled = rounds * (self.prompts_per_round or target)
+        sampled = rounds * self.prompts_per_round
         found, kept, zero_variance = plan.found, plan.kept, sum(plan.zero_variance)
         surplus = found - kept
         dropped = sampled - found - zero_variance
@@ -470,13 +489,46 @@ class DynamicSampler:
         self.load_state_dict(read_state(folder, STATE_NAME, index, "dynamic sampling state"))
 
 
-def validate_dynamic_sampling(config: GRPOConfig, max_sampling_rounds: int) -> None:
-    """The checks dynamic sampling needs of any GRPO config (shared with `CGRPOConfig(drop_unanimous=True)`)."""
-    if not isinstance(max_sampling_rounds, int) or isinstance(max_sampling_rounds, bool) or max_sampling_rounds < 1:
+def validate_dynamic_sampling(config: GRPOConfig, default_rounds_of_prompts: int) -> None:
+    """The checks dynamic sampling needs of any GRPO config with its options (`DynamicSamplingConfig`, `CGRPOConfig`).
+
+    Run after `GRPOConfig.__post_init__` (which sets `generation_batch_size`); a `prompts_per_round` of None becomes
+    `default_rounds_of_prompts` generation batches of prompts.
+    """
+    rounds = config.max_sampling_rounds
+    if not isinstance(rounds, int) or isinstance(rounds, bool) or rounds < 1:
         raise ValueError(
             f"max_sampling_rounds must be a positive integer (1 drops zero-variance groups without refilling), got "
-            f"{max_sampling_rounds!r}."
+            f"{rounds!r}."
         )
     # Dynamic sampling keeps or drops whole groups.
     check_whole_groups(config.per_device_train_batch_size, config.steps_per_generation, "steps_per_generation",
                        config.num_generations, "num_generations", "adjust the batch size")
+    batch_prompts = config.generation_batch_size // config.num_generations
+    if config.prompts_per_round is None:
+        config.prompts_per_round = default_rounds_of_prompts * batch_prompts
+    elif config.prompts_per_round < batch_prompts:
+        raise ValueError(
+            f"prompts_per_round ({config.prompts_per_round}) must be at least the prompts of one generation batch "
+            f"(generation_batch_size // num_generations = {batch_prompts}), which the first round holds; raise it or "
+            "leave it None."
+        )
+    if config.prompts_per_round % config.world_size:
+        raise ValueError(
+            f"prompts_per_round ({config.prompts_per_round}) must be a multiple of the number of processes "
+            f"({config.world_size}) so that every process samples as many prompts; round it."
+        )
+    if config.filter_metric is not None and not (isinstance(config.filter_metric, str) and config.filter_metric):
+        raise ValueError(f"filter_metric must be a reward function's name or None, got {config.filter_metric!r}.")
+
+
+def filter_column(reward_func_names: Sequence[str], filter_metric: str | None) -> int | None:
+    """The column of TRL's reward matrix that `filter_metric` names (None: the combined reward decides)."""
+    if filter_metric is None:
+        return None
+    if filter_metric not in reward_func_names:
+        raise ValueError(
+            f"filter_metric {filter_metric!r} names no reward function; set it to one of "
+            f"{', '.join(map(repr, reward_func_names))} (TRL's reward function names) or None for the combined reward."
+        )
+    return list(reward_func_names).index(filter_metric)

@@ -14,10 +14,9 @@ from typing import Any, ClassVar
 import torch
 from accelerate.utils import gather_object
 from datasets import Dataset
-from tqdm.auto import tqdm
 from trl import GRPOTrainer
 
-from .calibration import Thresholds, calibration_scores, fit_thresholds, should_stop
+from .calibration import Thresholds
 from .config import TOKEN_NORMALIZED_LOSSES, CGRPOConfig
 from .costs import rollout_savings
 from .padding import (
@@ -32,7 +31,9 @@ from .padding import (
 )
 from .resume import read_state, write_state
 from .sampler import DynamicSampler
+from .stopping import rule_stops
 from .support import Generated, SupportedGRPOTrainer
+from .trainer_calibration import CalibrationMixin
 from .trainer_checks import (
     calibration_examples,
     check_initial_thresholds,
@@ -51,7 +52,7 @@ Verifier = Callable[..., Sequence[bool]]
 STATE_NAME = "cgrpo"
 
 
-class CGRPOTrainer(SupportedGRPOTrainer):
+class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
     """GRPO with a per-prompt rollout budget chosen by split-conformal prediction.
 
     Every prompt of a generation batch is sampled in increments along `args.budget_grid` (2, then 2 more, then 4 more,
@@ -61,7 +62,9 @@ class CGRPOTrainer(SupportedGRPOTrainer):
     conformal prediction set over the answers drawn so far is a single answer (score `"aps"`), or, for the execution
     scores, at the first budget with a passing completion whose score is within the threshold. Thresholds `qhat_k`,
     one per budget, are fitted with the current policy on `calibration_dataset` before the first optimizer step and
-    every `args.recalibrate_every` steps.
+    every `args.recalibrate_every` steps. `args.stopping_rule` replaces the conformal rule with a calibration-free one
+    on the same grid (`"unanimous"`, `"share"`; see `cgrpo.stopping`), for ablations: no calibration runs, nothing of
+    it is counted, and the threshold metrics (`cgrpo/delta`, `cgrpo/qhat_*`, `cgrpo/calibration_*`) are not logged.
 
     Groups stay `max(budget_grid)` wide for TRL: a prompt that stopped at `k` is padded with one-token (EOS) rows.
     Padded rows never reach the reward functions, get a NaN reward (so TRL's NaN-aware group baseline ignores them and
@@ -87,9 +90,10 @@ class CGRPOTrainer(SupportedGRPOTrainer):
         model, reward_funcs, args, train_dataset, eval_dataset, processing_class, reward_processing_classes,
         callbacks, optimizers, peft_config:
             As in [`~trl.GRPOTrainer`]; `args` must be a [`CGRPOConfig`].
-        calibration_dataset (`datasets.Dataset`):
+        calibration_dataset (`datasets.Dataset`, *optional*):
             Held-out examples the policy never trains on, with a `prompt` column and, for the `"aps"` score, the
-            column `args.calibration_answer_column`.
+            column `args.calibration_answer_column`. Required by the conformal stopping rule; the calibration-free
+            rules (`args.stopping_rule`) do not read it.
         answer_extractor (`Callable[[str], str | None]`, *optional*):
             Maps a completion's text to its final answer (None when there is none). Required for `"aps"`. Its output
             is compared with the calibration answer after `str(...).strip()`.
@@ -98,7 +102,8 @@ class CGRPOTrainer(SupportedGRPOTrainer):
             completion. Required for the execution scores `"first_success"` and `"pass_rate"`.
         initial_thresholds (`Thresholds`, *optional*):
             Thresholds already fitted for the initial policy (one per budget of the grid); they replace the
-            calibration before the first step, whose cost the caller then accounts for.
+            calibration before the first step, whose cost the caller then accounts for. An error with a
+            calibration-free stopping rule.
         initial_calibration_rollouts (`int`, *optional*, defaults to `0`):
             Rollouts generated to fit `initial_thresholds`, logged as `cgrpo/calibration_rollouts` at the first step
             and counted in `cgrpo/calibration_rollouts_total`.
@@ -108,12 +113,17 @@ class CGRPOTrainer(SupportedGRPOTrainer):
 
     Attributes:
         cgrpo_state (`CGRPOState`): this process's C-GRPO state, checkpointed; the next four are views of it.
-        thresholds (`Thresholds | None`): the thresholds in force.
-        calibration_history (`list[dict]`): one record per calibration (step, delta, qhat, solve rate, cost).
+        thresholds (`Thresholds | None`): the thresholds in force (always None with a calibration-free rule).
+        calibration_history (`list[dict]`): one record per calibration (`step`, `delta`, `qhat`, `solve_rate`,
+            `n_calibration`, `rollouts`, `tokens`, `wall_s`, and with `args.calibration_holdout` a `holdout` dict:
+            see `holdout_coverage`); empty with a calibration-free rule.
         cgrpo_totals (`dict[str, float]`): generated rollouts and tokens in training and calibration (all processes),
             groups sampled, throwaway lockstep rollouts (all processes, training and calibration calls), seconds
             spent in training generation and calibration, and the completions whose answer extractor or verifier
-            raised (this process), which count as failed outcomes.
+            raised (this process), which count as failed outcomes; with `args.calibration_holdout`, the held-out
+            diagnostic's own costs, counted nowhere else: `holdout_rollouts`, `holdout_tokens` (all processes),
+            `holdout_s` and `holdout_cpu_s` (this process's wall and CPU seconds, children included). The run's wall
+            clock includes them.
         budget_histogram (`collections.Counter[int]`): training groups (all processes) per budget they stopped at.
         generation_totals (`dict[str, float]`): `cgrpo_totals` under the name every trainer of `cgrpo.support` has.
         dynamic_totals (`dict[str, float] | None`): with `drop_unanimous`, the dynamic sampling totals (rounds, groups
@@ -138,7 +148,7 @@ class CGRPOTrainer(SupportedGRPOTrainer):
         args: CGRPOConfig | None = None,
         train_dataset=None,
         *more,
-        calibration_dataset: Dataset,
+        calibration_dataset: Dataset | None = None,
         answer_extractor: AnswerExtractor | None = None,
         verifier: Verifier | None = None,
         initial_thresholds: Thresholds | None = None,
@@ -147,7 +157,7 @@ class CGRPOTrainer(SupportedGRPOTrainer):
     ):
         if not isinstance(args, CGRPOConfig):
             raise TypeError("CGRPOTrainer needs args=CGRPOConfig(...), which carries the budget grid and conformal options.")
-        self._calibration_examples = calibration_examples(calibration_dataset, args)
+        self._calibration_examples, self._holdout_examples = calibration_examples(calibration_dataset, args)
         check_scoring(args, answer_extractor, verifier)
         check_initial_thresholds(initial_thresholds, args)
         self.answer_extractor = answer_extractor
@@ -169,8 +179,7 @@ class CGRPOTrainer(SupportedGRPOTrainer):
             unlogged_calibration_rollouts=None if initial_thresholds is None else initial_calibration_rollouts,
         )
         # C-GRPO's own filler rows keep micro-batches equal, so any number of kept groups splits evenly.
-        self._dynamic = (DynamicSampler(self, rows_multiple=1, max_rounds=args.max_sampling_rounds)
-                         if args.drop_unanimous else None)
+        self._dynamic = DynamicSampler(self, rows_multiple=1) if args.drop_unanimous else None
         self.dynamic_totals = None if self._dynamic is None else self._dynamic.totals
 
     # ------------------------------------------------------------------ the state, by its documented names
@@ -326,61 +335,6 @@ class CGRPOTrainer(SupportedGRPOTrainer):
         if self._dynamic is not None:
             self._dynamic.load(folder)
 
-    # ------------------------------------------------------------------ calibration
-    def calibrate(self) -> Thresholds:
-        """Fit one threshold per budget with the current policy on the calibration set, and put them in force."""
-        start = time.perf_counter()
-        scores, rollouts, tokens = self.score_calibration_set()
-        self.cgrpo_state.thresholds = fit_thresholds(scores, self.args.conformal_delta, self.args.delta_margin,
-                                                     self.args.split_delta)
-        self._record_calibration(rollouts, tokens, time.perf_counter() - start)
-        return self.thresholds
-
-    def score_calibration_set(self) -> tuple[dict[int, list[float]], int, int]:
-        """Sample max(budget_grid) completions per calibration example with the current policy and score them.
-
-        Each process samples its share of the examples; the outcomes are gathered and scored identically on every
-        process. Returns the nonconformity scores per budget (one per example, in order), and the rollouts and
-        completion tokens generated by all processes.
-        """
-        budget, size = self.args.max_budget, self.args.calibration_batch_size
-        examples = self._calibration_examples
-        processes, rank = self.accelerator.num_processes, self.accelerator.process_index
-        mine = list(range(rank, len(examples), processes))
-        batches = math.ceil(math.ceil(len(examples) / processes) / size)
-        outcomes, tokens = {}, 0
-        for b in tqdm(range(batches), desc="C-GRPO calibration", disable=not self.accelerator.is_main_process, leave=False):
-            chosen = mine[b * size : (b + 1) * size]
-            prompts = [examples[i]["prompt"] for i in chosen for _ in range(budget)]
-            _, completion_ids, completions, _ = self._generate_rows(prompts, budget, examples[0]["prompt"])
-            tokens += sum(len(ids) for ids in completion_ids)
-            for j, i in enumerate(chosen):
-                outcomes[i] = self._outcomes(completions[j * budget : (j + 1) * budget], examples[i])
-        for part in gather_object([outcomes]):
-            outcomes.update(part)
-        ordered = [outcomes[i] for i in range(len(examples))]
-        golds = [str(ex[self.args.calibration_answer_column]).strip() for ex in examples] if self.args.score == "aps" else None
-        rng = random.Random(f"{self.args.seed}-calibration-{self.state.global_step}")
-        scores = calibration_scores(self.args.score, self.args.budget_grid, ordered, golds, rng)
-        return scores, len(examples) * budget, sum(gather_object([tokens]))
-
-    def _calibration_due(self) -> bool:
-        if self.cgrpo_state.last_calibration_step is None:
-            return True
-        every = self.args.recalibrate_every
-        return every > 0 and self.state.global_step - self.cgrpo_state.last_calibration_step >= every
-
-    def _record_calibration(self, rollouts: int, tokens: int, seconds: float) -> None:
-        self.cgrpo_state.last_calibration_step = self.state.global_step
-        self.cgrpo_totals["calibration_rollouts"] += rollouts
-        self.cgrpo_state.unlogged_calibration_rollouts = rollouts
-        self.cgrpo_totals["calibration_tokens"] += tokens
-        self.cgrpo_totals["calibration_s"] += seconds
-        record = {"step": self.state.global_step, **self.thresholds.to_dict(), "rollouts": rollouts,
-                  "tokens": tokens, "wall_s": seconds}
-        self.calibration_history.append(record)
-        logger.info("C-GRPO calibration at step %d: delta=%.3f qhat=%s", record["step"], record["delta"], record["qhat"])
-
     # ------------------------------------------------------------------ sampling in budget increments
     def _generate_round(self, examples: list[dict[str, Any]]):
         """One dynamic sampling round: budget-grid sampling of `examples`' groups; returns TRL's tuple and pad flags."""
@@ -407,9 +361,13 @@ class CGRPOTrainer(SupportedGRPOTrainer):
                 outcomes[i].extend(self._outcomes(generated[2][part], examples[i]))
             drawn = k
             if k < width:
-                qhat = self.thresholds.qhat[k]
-                active = [i for i in active if not should_stop(self.args.score, k, qhat, outcomes[i], self.cgrpo_state.stopping_rng)]
+                active = [i for i in active if not self._stops(k, outcomes[i])]
         return self._pad_groups(rows)
+
+    def _stops(self, k: int, outcomes: list) -> bool:
+        args = self.args
+        return rule_stops(args.stopping_rule, args.score, k, outcomes, qhat_k=None if self.thresholds is None else self.thresholds.qhat[k],
+                          tau=args.stop_share, rng=self.cgrpo_state.stopping_rng)
 
     def _generate_rows(self, prompts: list, per_prompt: int, throwaway_prompt):
         """One TRL generation call whose prompts repeat `per_prompt` times each; returns ids, texts and logprobs.
@@ -533,6 +491,12 @@ class CGRPOTrainer(SupportedGRPOTrainer):
         errors = self.cgrpo_totals["extraction_errors"] + self.cgrpo_totals["verifier_errors"]
         metrics["cgrpo/outcome_errors"].append(errors)
         metrics["cgrpo/tokens_generated"].append(lengths.sum().item())
+        if self.thresholds is not None:
+            self._log_threshold_metrics(metrics)
+
+    def _log_threshold_metrics(self, metrics) -> None:
+        # A calibration-free rule has no thresholds and no calibration: these metrics are left out rather than logged
+        # as NaN, which would show in every log line and poison TRL's averages and a tracker's plots.
         metrics["cgrpo/delta"].append(self.thresholds.delta)
         metrics["cgrpo/calibration_solve_rate"].append(self.thresholds.solve_rate)
         if self.cgrpo_state.unlogged_calibration_rollouts is not None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from datasets import Dataset
 
 from .calibration import Thresholds
@@ -18,6 +16,11 @@ def reward_funcs_list(reward_funcs) -> list:
 
 
 def check_initial_thresholds(thresholds: Thresholds | None, args: CGRPOConfig) -> None:
+    if thresholds is not None and not args.calibrated:
+        raise ValueError(
+            f"initial_thresholds serve the conformal rule, but stopping_rule={args.stopping_rule!r} uses no "
+            "thresholds; drop initial_thresholds or use stopping_rule='conformal'."
+        )
     if thresholds is not None and sorted(thresholds.qhat) != args.budget_grid:
         raise ValueError(
             f"initial_thresholds cover budgets {sorted(thresholds.qhat)} but budget_grid is {args.budget_grid}; "
@@ -25,11 +28,15 @@ def check_initial_thresholds(thresholds: Thresholds | None, args: CGRPOConfig) -
         )
 
 
-def calibration_examples(dataset: Dataset, args: CGRPOConfig) -> list[dict[str, Any]]:
-    """The calibration examples used at every calibration, checked against the options that read them."""
+def calibration_examples(dataset: Dataset | None, args: CGRPOConfig) -> tuple[list[dict], list[dict]]:
+    """The calibration examples used at every calibration and the held-out ones (`calibration_holdout`), checked
+    against the options that read them; both empty for a calibration-free stopping rule, which reads no dataset."""
+    if not args.calibrated:
+        return [], []
     if dataset is None or len(dataset) == 0:
         raise ValueError(
-            "calibration_dataset is required and must not be empty: pass held-out examples the policy never trains on."
+            "calibration_dataset is required by stopping_rule='conformal' and must not be empty: pass held-out "
+            "examples the policy never trains on."
         )
     if "prompt" not in dataset.column_names:
         raise ValueError(f"calibration_dataset needs a 'prompt' column; it has {dataset.column_names}.")
@@ -38,14 +45,16 @@ def calibration_examples(dataset: Dataset, args: CGRPOConfig) -> list[dict[str, 
             f"calibration_dataset has no column {args.calibration_answer_column!r} for the gold answers; add it or set "
             "calibration_answer_column."
         )
-    size = len(dataset) if args.num_calibration_samples is None else args.num_calibration_samples
-    if size > len(dataset):
+    holdout = args.calibration_holdout
+    size = len(dataset) - holdout if args.num_calibration_samples is None else args.num_calibration_samples
+    if size < 1 or size + holdout > len(dataset):
         raise ValueError(
-            f"num_calibration_samples ({size}) exceeds the calibration set ({len(dataset)} examples); lower it or "
-            "pass more examples."
+            f"num_calibration_samples ({args.num_calibration_samples}) plus calibration_holdout ({holdout}) need more "
+            f"examples than the calibration set holds ({len(dataset)}); lower them or pass more examples."
         )
     _check_delta_supported(args, size)
-    return [dict(row) for row in dataset.select(range(size))]
+    rows = [dict(row) for row in dataset.select(range(size + holdout))]
+    return rows[:size], rows[size:]
 
 
 def _check_delta_supported(args: CGRPOConfig, n: int) -> None:

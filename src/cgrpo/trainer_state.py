@@ -11,7 +11,8 @@ from .calibration import Thresholds
 
 # Keys of `CGRPOState.totals` (documented with `CGRPOTrainer.cgrpo_totals`).
 TOTALS_KEYS = ("train_rollouts", "train_tokens", "groups", "lockstep_rollouts", "calibration_rollouts",
-               "calibration_tokens", "generation_s", "calibration_s", "extraction_errors", "verifier_errors")
+               "calibration_tokens", "generation_s", "calibration_s", "extraction_errors", "verifier_errors",
+               "holdout_rollouts", "holdout_tokens", "holdout_s", "holdout_cpu_s")
 
 
 @dataclass
@@ -19,7 +20,8 @@ class CGRPOState:
     """One process's C-GRPO state, saved in every checkpoint (`to_dict`, JSON-ready) and restored from it.
 
     Attributes:
-        thresholds: the thresholds in force (None before the first calibration).
+        thresholds: the thresholds in force (None before the first calibration, and always with a calibration-free
+            stopping rule).
         last_calibration_step: the optimizer step of the latest calibration (None before the first).
         calibration_history: one record per calibration (step, delta, qhat, solve rate, cost).
         totals: running cost totals, keys `TOTALS_KEYS`.
@@ -66,4 +68,11 @@ class CGRPOState:
 
 def _history_record(record: dict[str, Any]) -> dict[str, Any]:
     # JSON turned the budgets into strings; the live history keys them by int, as Thresholds.to_dict does.
-    return {**record, "qhat": {int(k): v for k, v in record["qhat"].items()}}
+    restored = {**record, "qhat": _by_budget(record["qhat"])}
+    if "holdout" in record:
+        restored["holdout"] = {**record["holdout"], "coverage": _by_budget(record["holdout"]["coverage"])}
+    return restored
+
+
+def _by_budget(values: dict) -> dict[int, Any]:
+    return {int(k): v for k, v in values.items()}

@@ -46,7 +46,7 @@ def record_batches(sampler) -> list[list[int]]:
 def common(out_dir: str) -> dict:
     return dict(output_dir=out_dir, use_cpu=True, bf16=False, per_device_train_batch_size=8, max_completion_length=4,
                 max_steps=3, logging_steps=1, report_to=[], save_strategy="no", seed=0, shuffle_dataset=False,
-                max_sampling_rounds=3)
+                max_sampling_rounds=3, prompts_per_round=4)  # no over-sampling: rank 1 must get rank 0's groups
 
 
 def main(model_dir: str, out_dir: str) -> None:
