@@ -61,7 +61,7 @@ def test_save_steps_round_up_to_whole_generation_batches(save_steps, steps_per_g
 
 
 def test_cpu_seconds_count_this_process_and_its_ended_children():
-    from cgrpo.pipeline.timing import cpu_seconds
+    from cgrpo.costs import cpu_seconds
 
     start = cpu_seconds()
     # A child that burns about 0.3 s of CPU; its time counts once it has been waited for.

@@ -31,7 +31,8 @@ def _cgrpo_record(dynamic_totals: dict | None = None) -> dict:
                                                    stop_share=0.75),
                               state=SimpleNamespace(global_step=5), dynamic_totals=dynamic_totals)
     thresholds = Thresholds(delta=0.2, qhat={2: 1.0, 8: 0.9}, solve_rate=0.8, n_calibration=4)
-    initial = {"thresholds": thresholds, "rollouts": 32, "tokens": 320, "wall_s": 1.0, "cpu_s": 0.75}
+    initial = {"thresholds": thresholds, "rollouts": 32, "tokens": 320, "wall_s": 1.0, "cpu_s": 0.75,
+               "holdout": {"coverage": {"2": 1.0, "8": 0.75}, "n": 4}}
     spec = TrainSpec(run="cgrpo_s0_g2-8_dauto_r0", method="cgrpo", model="m", splits="s", task={}, seed=0, trainer={},
                      peft=None, reference_budget=8, budget_grid=[2, 8], delta="auto", recalibrate_every=0)
     return _run_record(spec, trainer, wall=3.0, cpu=2.5, initial=initial)
@@ -45,6 +46,8 @@ def test_cgrpo_costs_count_the_lockstep_rows_and_report_them_apart():
     assert record["generation_wall_s"] == 1.5 and record["update_wall_s"] == pytest.approx(3.0 - 1.5)
     # Wall clock and CPU time each add the initial calibration, which ran in its own rule.
     assert record["total_wall_s"] == 4.0 and (record["train_cpu_s"], record["total_cpu_s"]) == (2.5, 3.25)
+    # The automatic thresholds' held-out coverage, measured by the calibrate rule, stays with the initial calibration.
+    assert record["calibrations"][0]["holdout"] == {"coverage": {"2": 1.0, "8": 0.75}, "n": 4}
     assert record["groups"] == 10 and record["drop_unanimous"] is False and record["dynamic"] is None
 
 
@@ -76,6 +79,8 @@ def test_the_configs_dynamic_sampling_options_reach_the_trainers(tiny_model_dir,
     dapo = trainers.dapo_trainer(spec, tmp_path / "dapo")
     assert (dapo.args.prompts_per_round, dapo.args.max_sampling_rounds) == (32, 3)
     assert (dapo._sampler.prompts_per_round, dapo._sampler.max_rounds) == (32, 3)
+    # The pipeline's `correctness` filter is the task's correctness reward, as TRL names it.
+    assert dapo.args.filter_metric == "correctness_reward" and not dapo.args.allow_short_batch
 
 
 def _fixed_run(root, name="grpo_s1_G32", **overrides):

@@ -84,7 +84,9 @@ def rollouts_per_prompt(
 def cpu_seconds() -> float:
     """CPU seconds (user and system) of this process and of its children that have ended, so far (`os.times()`).
 
-    Unlike wall clock, it does not move with what runs beside a job on shared cores.
+    The twin of wall clock that does not depend on what runs next to a job: under `snakemake --cores 2`, two
+    single-thread jobs share the cores, and which job runs beside another moves its wall clock but not its CPU time.
+    Children count once they have been waited for (a sandboxed verifier's programs, for instance).
     """
     times = os.times()
     return times.user + times.system + times.children_user + times.children_system

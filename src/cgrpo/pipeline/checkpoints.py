@@ -18,8 +18,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from ..costs import cpu_seconds
 from .specs import TrainSpec
-from .timing import cpu_seconds
 
 logger = logging.getLogger(__name__)
 

@@ -197,8 +197,8 @@ def _dapo_spec(config: Config, name: RunName, calibration: str | None) -> dict[s
     dapo = config["dapo"]
     return {"trainer": _same_prompts_per_step(config, "dapo", name.num_generations),
             "reference_budget": max(evaluation_grid(config)), "num_generations": name.num_generations,
-            "dynamic": {"prompts_per_round": dapo["prompts_per_round"],
-                        "max_sampling_rounds": dapo["max_sampling_rounds"]}}
+            "dynamic": {key: dapo[key] for key in ("prompts_per_round", "max_sampling_rounds", "filter_metric",
+                                                   "allow_short_batch")}}
 
 
 # --------------------------------------------------------------------------- calibration-free stopping rules

@@ -297,7 +297,12 @@ def steps_table(runs: Sequence[Mapping[str, Any]], steps: Mapping[str, pd.DataFr
 
 
 def calibrations_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """The conformal thresholds of every calibration of every C-GRPO run: one row per calibration and k."""
+    """The conformal thresholds of every calibration of every C-GRPO run: one row per calibration and k.
+
+    ``holdout_coverage`` is the share of held-out prompts of the same policy whose score at k is within ``qhat``
+    (``cgrpo.options.calibration_holdout`` of them, ``holdout_n``), which split-conformal theory puts at about
+    ``1 - delta``; empty where nothing was held out.
+    """
     rows = [
         {
             "run": record["run"],
@@ -308,13 +313,15 @@ def calibrations_table(runs: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             "solve_rate": calibration.get("solve_rate"),
             "k": int(k),
             "qhat": qhat,
+            "holdout_coverage": (calibration.get("holdout") or {}).get("coverage", {}).get(str(k)),
+            "holdout_n": (calibration.get("holdout") or {}).get("n"),
         }
         for record in runs
         if record["method"] == "cgrpo"
         for calibration in record.get("calibrations") or []
         for k, qhat in calibration["qhat"].items()
     ]
-    columns = ["run", "setting", "seed", "step", "delta", "solve_rate", "k", "qhat"]
+    columns = ["run", "setting", "seed", "step", "delta", "solve_rate", "k", "qhat", "holdout_coverage", "holdout_n"]
     return pd.DataFrame(rows, columns=columns)
 
 

@@ -16,12 +16,17 @@ from typing import Any
 import pandas as pd
 
 from ..calibration import fit_thresholds
-from ..costs import rollout_savings, rollout_savings_with_calibration, rollouts_per_prompt
-from .checkpoints import ResumableTotals, align_save_steps, resume_point
+from ..costs import (
+    cpu_seconds,
+    rollout_savings,
+    rollout_savings_with_calibration,
+    rollouts_per_prompt,
+)
 from . import trainers
+from .checkpoints import ResumableTotals, align_save_steps, resume_point
 from .methods import METHODS
 from .specs import CalibrationSpec, TrainSpec, format_grid
-from .timing import cpu_seconds, generation_seconds
+from .timing import generation_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +50,8 @@ def calibrate_initial(spec: CalibrationSpec | dict[str, Any], out_dir: str | Pat
     scores, rollouts, tokens = trainer.score_calibration_set()
     args = trainer.args
     auto = fit_thresholds(scores, None, args.delta_margin, args.split_delta)
+    # A diagnostic after the timed calibration: the automatic thresholds' coverage on held-out prompts.
+    holdout = trainer.holdout_coverage(auto) if args.calibration_holdout else None
     record = {
         "budget_grid": args.budget_grid,
         "scores": {str(k): v for k, v in scores.items()},
@@ -53,6 +60,7 @@ def calibrate_initial(spec: CalibrationSpec | dict[str, Any], out_dir: str | Pat
         "tokens": tokens,
         "wall_s": time.perf_counter() - start,
         "cpu_s": cpu_seconds() - cpu_start,
+        "holdout": holdout,
     }
     (out_dir / "thresholds.json").write_text(json.dumps(record, indent=1) + "\n")
     pd.DataFrame(
@@ -139,11 +147,13 @@ def _run_record(spec: TrainSpec, trainer, wall: float, cpu: float, initial: dict
     # DAPO's, and C-GRPO's with drop_unanimous; None for the others.
     dynamic = getattr(trainer, "dynamic_totals", None)
     totals = trainer.generation_totals
+    # The held-out coverage check of in-run calibrations (C-GRPO's `calibration_holdout`) is a diagnostic, not a cost.
+    wall, cpu = wall - totals.get("holdout_s", 0.0), cpu - totals.get("holdout_cpu_s", 0.0)
     # Throwaway rows that keep processes in lockstep are generated compute too.
     lockstep = int(totals.get("lockstep_rollouts", 0))
     rollouts, tokens = int(totals["train_rollouts"]) + lockstep, int(totals["train_tokens"])
     groups = int(totals["groups"]) if budgeted else rollouts // width
-    calibrations = [_initial_record(initial), *trainer.calibration_history] if calibrated else []
+    calibrations = [_initial_record(initial, spec.delta), *trainer.calibration_history] if calibrated else []
     if dynamic is not None:
         # Per trained prompt: the groups dynamic sampling dropped were generated for the ones it trained on.
         groups = int(dynamic["groups_kept"] + dynamic["groups_zero_variance_trained"])
@@ -191,6 +201,9 @@ def _budget_histogram(trainer) -> dict[str, int]:
     return {str(k): trainer.budget_histogram[k] for k in sorted(trainer.budget_histogram)}
 
 
-def _initial_record(initial: dict[str, Any]) -> dict[str, Any]:
+def _initial_record(initial: dict[str, Any], delta) -> dict[str, Any]:
+    # The calibrate rule checked the automatic thresholds on held-out prompts; a fixed delta's are others.
+    holdout = initial["holdout"] if delta == "auto" else None
     return {"step": 0, **initial["thresholds"].to_dict(), "rollouts": initial["rollouts"], "tokens": initial["tokens"],
-            "wall_s": initial["wall_s"], "cpu_s": initial["cpu_s"], "initial": True}
+            "wall_s": initial["wall_s"], "cpu_s": initial["cpu_s"], "initial": True,
+            **({"holdout": holdout} if holdout else {})}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 
 from trl import GRPOTrainer
@@ -39,13 +38,3 @@ def generation_seconds(trainer: GRPOTrainer) -> float:
     """Seconds any trainer of the support layer (`cgrpo.support`) spent in training-time generation."""
     return float(trainer.generation_totals["generation_s"])
 
-
-def cpu_seconds() -> float:
-    """CPU seconds (user and system) of this process and of its children that have ended, so far.
-
-    The twin of wall clock that does not depend on what runs next to a job: under `snakemake --cores 2`, two
-    single-thread jobs share the cores, and which job runs beside another moves its wall clock but not its CPU time.
-    Children count once they have been waited for (a sandboxed verifier's programs, for instance).
-    """
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system

@@ -59,7 +59,8 @@ def dapo_trainer(spec: TrainSpec, output_dir: Path, initial: None = None):
 
     torch.manual_seed(spec.seed)
     task = _task(spec)
-    args = DynamicSamplingConfig(num_generations=int(spec.num_generations), **spec.dynamic,
+    options = {**spec.dynamic, "filter_metric": _reward_name(task, spec.dynamic["filter_metric"])}
+    args = DynamicSamplingConfig(num_generations=int(spec.num_generations), **options,
                                  **_trainer_options(spec, output_dir))
     return DynamicSamplingGRPOTrainer(**_policy(spec), reward_funcs=task.reward_funcs, args=args,
                                       train_dataset=_split(spec, task, "train"), peft_config=_peft_config(spec))
@@ -92,6 +93,18 @@ def _policy(spec: Spec) -> dict[str, Any]:
         return {"model": spec.model}
     return {"model": load_model(spec.model, dtype=torch.float32),
             "processing_class": load_tokenizer(spec.model, padding_side="left", truncation_side="left")}
+
+
+def _reward_name(task, metric: str) -> str | None:
+    """The pipeline's `filter_metric` as the trainer takes it: `correctness` is the task's first reward function, the
+    correctness reward of every task here (verl's `acc`), and `combined` the weighted sum (None)."""
+    if metric == "combined":
+        return None
+    if metric != "correctness":
+        return metric
+    # Named as TRL names a reward function: a partial by the function it wraps.
+    first = task.reward_funcs[0]
+    return getattr(first, "func", first).__name__
 
 
 def _task(spec: Spec):
