@@ -332,10 +332,11 @@ def check_rehearsal(rehearsal: Rehearsal) -> None:
                                                   tokenize=True, return_dict=True)["input_ids"])
                 for question in questions]
     plain = [len(tokenizer(task.format_prompt(question)[0]["content"]).input_ids) for question in questions]
-    rows = config["training"]["per_device_train_batch_size"]
     for record in records:
         if record["method"] != "grpo":
             continue
+        # Every baseline trains C-GRPO's prompts per step, in rows of its own group size.
+        rows = config["training"]["per_device_train_batch_size"] * record["num_generations"] // largest
         steps = pd.read_csv(results / "runs" / record["run"] / "steps.csv")
         tokens = steps["num_tokens"].diff().fillna(steps["num_tokens"])
         prompt_tokens = tokens / rows - steps["completions/mean_length"]
