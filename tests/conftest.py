@@ -64,7 +64,7 @@ def bootstrapped_model_dir(tmp_path_factory):
 
 REPO = Path(__file__).resolve().parents[1]
 # A safety net against a hung run, not a speed target: the smoke run takes about 2 minutes on 2 idle cores.
-SMOKE_TIMEOUT_S = 900
+SMOKE_TIMEOUT_S = 1200
 
 
 def run_smoke(workdir: Path, *args: str, timeout: float = SMOKE_TIMEOUT_S) -> subprocess.CompletedProcess:

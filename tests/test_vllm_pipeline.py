@@ -147,7 +147,7 @@ def test_dry_run_with_the_override_plans_every_job(tmp_path):
     result = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(SMOKE), str(OVERRIDE))
     assert result.returncode == 0, result.stdout[-3000:]
     counts = job_counts(result.stdout)
-    assert counts["train_cgrpo"] == 1 and counts["train"] == 5 and counts["evaluate"] >= 5
+    assert counts["train_cgrpo"] == 1 and counts["train"] == 3 and counts["evaluate"] >= 5
 
 
 # ------------------------------------------------------------------------------------ with a real vLLM
