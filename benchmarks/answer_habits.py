@@ -60,11 +60,20 @@ def main() -> None:
     for path in args.models:
         model, tokenizer = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
         completions = generate_completions(
-            model, tokenizer, prompts, num_samples=max(1, args.samples), temperature=args.temperature,
-            max_new_tokens=args.max_new_tokens, greedy=not args.samples, seed=args.seed,
+            model,
+            tokenizer,
+            prompts,
+            num_samples=max(1, args.samples),
+            temperature=args.temperature,
+            max_new_tokens=args.max_new_tokens,
+            greedy=not args.samples,
+            seed=args.seed,
         )
-        grades = [grade(text, parse_gold(row["answer"]))
-                  for texts, row in zip(completions, rows, strict=True) for text in texts]
+        grades = [
+            grade(text, parse_gold(row["answer"]))
+            for texts, row in zip(completions, rows, strict=True)
+            for text in texts
+        ]
         strict, unit, lenient = (sum(column) / len(grades) for column in zip(*grades))
         print(f"{path}\t{strict:.3f}\t{unit:.3f}\t{lenient:.3f}")
 

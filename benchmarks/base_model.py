@@ -41,8 +41,12 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output-dir", type=Path, default=Path("results/base_model"))
     parser.add_argument("--load", action="store_true", help="measure the model already in --output-dir")
-    parser.add_argument("--reference", type=Path, default=None,
-                        help="a bootstrapped model to rebuild (with its recorded settings) and compare against")
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        help="a bootstrapped model to rebuild (with its recorded settings) and compare against",
+    )
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="bootstrap setting overrides")
     parser.add_argument("--eval-size", type=int, default=300)
     parser.add_argument("--eval-seed", type=int, default=123_456)
@@ -142,9 +146,15 @@ def compare(candidate_dir: Path, reference_dir: Path, args: argparse.Namespace) 
         rates[name] = [_mean(flags) for flags in measure(folder, args, problems_from=reference_dir)["all"]]
     differences = [abs(a - b) for a, b in zip(rates["candidate"], rates["reference"])]
     weights = [load_file(folder / "model.safetensors") for folder in (candidate_dir, reference_dir)]
-    identical = weights[0].keys() == weights[1].keys() and all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
-    return {**rates, "differences": differences, "identical_weights": identical,
-            "within_tolerance": max(differences) <= TOLERANCE}
+    identical = weights[0].keys() == weights[1].keys() and all(
+        torch.equal(weights[0][k], weights[1][k]) for k in weights[0]
+    )
+    return {
+        **rates,
+        "differences": differences,
+        "identical_weights": identical,
+        "within_tolerance": max(differences) <= TOLERANCE,
+    }
 
 
 def main() -> None:
@@ -162,10 +172,14 @@ def main() -> None:
     print(f"bootstrap wall time: {timing}")
     if args.reference is not None:
         result = compare(args.output_dir, args.reference, args)
-        print(f"{'greedy, maj@8, pass@' + str(args.num_samples):<24} rebuilt {result['candidate']} "
-              f"reference {result['reference']} differences {result['differences']}")
-        print(f"identical weights: {result['identical_weights']}; within tolerance {TOLERANCE}: "
-              f"{result['within_tolerance']}")
+        print(
+            f"{'greedy, maj@8, pass@' + str(args.num_samples):<24} rebuilt {result['candidate']} "
+            f"reference {result['reference']} differences {result['differences']}"
+        )
+        print(
+            f"identical weights: {result['identical_weights']}; within tolerance {TOLERANCE}: "
+            f"{result['within_tolerance']}"
+        )
         raise SystemExit(0 if result["within_tolerance"] else 1)
     model = AutoModelForCausalLM.from_pretrained(args.output_dir)
     print(f"parameters: {model.num_parameters():,}")

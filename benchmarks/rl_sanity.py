@@ -53,13 +53,26 @@ def main() -> None:
     rewards = task.reward_funcs[:1] if args.reward == "correctness" else [shorter_is_better]
     with tempfile.TemporaryDirectory() as scratch:
         config = GRPOConfig(
-            output_dir=scratch, use_cpu=True, bf16=False, report_to=[], save_strategy="no", disable_tqdm=True,
-            logging_steps=5, max_steps=args.steps, per_device_train_batch_size=args.batch_size,
-            num_generations=args.num_generations, learning_rate=args.learning_rate, temperature=args.temperature,
-            max_completion_length=40, beta=0.0, loss_type="dapo", seed=0,
+            output_dir=scratch,
+            use_cpu=True,
+            bf16=False,
+            report_to=[],
+            save_strategy="no",
+            disable_tqdm=True,
+            logging_steps=5,
+            max_steps=args.steps,
+            per_device_train_batch_size=args.batch_size,
+            num_generations=args.num_generations,
+            learning_rate=args.learning_rate,
+            temperature=args.temperature,
+            max_completion_length=40,
+            beta=0.0,
+            loss_type="dapo",
+            seed=0,
         )
-        trainer = GRPOTrainer(model=args.model, reward_funcs=rewards, args=config,
-                              train_dataset=concatenate_datasets([prompts] * repeats))
+        trainer = GRPOTrainer(
+            model=args.model, reward_funcs=rewards, args=config, train_dataset=concatenate_datasets([prompts] * repeats)
+        )
         trainer.train()
     print("step  reward  mean length")
     for entry in trainer.state.log_history:

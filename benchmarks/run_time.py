@@ -28,8 +28,18 @@ from cgrpo.pipeline.methods import cgrpo_run_name, grpo_run_name, train_spec
 from cgrpo.pipeline.runs import calibrate_initial, train_run
 from cgrpo.pipeline.specs import calibration_spec, format_grid
 
-FIELDS = ("train_wall_s", "generation_wall_s", "update_wall_s", "calibration_wall_s", "total_wall_s", "train_cpu_s",
-          "total_cpu_s", "train_rollouts_generated", "train_tokens_generated", "steps_per_generation")
+FIELDS = (
+    "train_wall_s",
+    "generation_wall_s",
+    "update_wall_s",
+    "calibration_wall_s",
+    "total_wall_s",
+    "train_cpu_s",
+    "total_cpu_s",
+    "train_rollouts_generated",
+    "train_tokens_generated",
+    "steps_per_generation",
+)
 # The training rules' `threads:` (workflow/rules/training.smk): one torch thread per job.
 PIPELINE_THREADS = 1
 
@@ -71,8 +81,12 @@ def main() -> None:
         config["training"]["steps_per_generation"] = args.steps_per_generation
     with tempfile.TemporaryDirectory() as out:
         record = measure(config, args, Path(args.results), Path(out))
-    print(" ".join(f"{name}={record[name]:.4g}" if isinstance(record[name], float) else f"{name}={record[name]}"
-                   for name in FIELDS))
+    print(
+        " ".join(
+            f"{name}={record[name]:.4g}" if isinstance(record[name], float) else f"{name}={record[name]}"
+            for name in FIELDS
+        )
+    )
 
 
 if __name__ == "__main__":

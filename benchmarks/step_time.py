@@ -64,31 +64,55 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model = args.model or str(bootstrap_base_model(tempfile.mkdtemp(), num_examples=256, num_layers=2))
     grid = [args.stop_at, 2 * args.stop_at, 4 * args.stop_at, 8 * args.stop_at, 16 * args.stop_at]
-    data = Dataset.from_dict({"prompt": [f"Question: {i} + {i} = ?\nAnswer: " for i in range(512)],
-                              "answer": [str(2 * i) for i in range(512)]})
-    common = dict(output_dir=tempfile.mkdtemp(), use_cpu=True, bf16=False, max_steps=args.steps, report_to=[],
-                  save_strategy="no", logging_steps=args.steps, max_completion_length=args.max_completion_length,
-                  seed=0)
+    data = Dataset.from_dict(
+        {
+            "prompt": [f"Question: {i} + {i} = ?\nAnswer: " for i in range(512)],
+            "answer": [str(2 * i) for i in range(512)],
+        }
+    )
+    common = dict(
+        output_dir=tempfile.mkdtemp(),
+        use_cpu=True,
+        bf16=False,
+        max_steps=args.steps,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=args.steps,
+        max_completion_length=args.max_completion_length,
+        seed=0,
+    )
 
     def reward(completions, **kwargs):
         return [float(len(c) % 3) for c in completions]
 
     cgrpo = CGRPOTrainer(
-        model=model, reward_funcs=reward, train_dataset=data, calibration_dataset=data.select(range(4)),
+        model=model,
+        reward_funcs=reward,
+        train_dataset=data,
+        calibration_dataset=data.select(range(4)),
         answer_extractor=lambda text: "same",  # every answer agrees: each prompt stops at the first budget
-        args=CGRPOConfig(budget_grid=grid, per_device_train_batch_size=args.prompts_per_step * grid[-1],
-                         recalibrate_every=0, **common),
+        args=CGRPOConfig(
+            budget_grid=grid,
+            per_device_train_batch_size=args.prompts_per_step * grid[-1],
+            recalibrate_every=0,
+            **common,
+        ),
     )
     grpo = GRPOTrainer(
-        model=model, reward_funcs=reward, train_dataset=data,
-        args=GRPOConfig(num_generations=args.stop_at, per_device_train_batch_size=args.prompts_per_step * args.stop_at,
-                        **common),
+        model=model,
+        reward_funcs=reward,
+        train_dataset=data,
+        args=GRPOConfig(
+            num_generations=args.stop_at, per_device_train_batch_size=args.prompts_per_step * args.stop_at, **common
+        ),
     )
     # The median step resists bursts of load from other processes better than the total.
     cgrpo_s, grpo_s = statistics.median(update_seconds(cgrpo)), statistics.median(update_seconds(grpo))
     print(f"C-GRPO mean_k: {cgrpo.cgrpo_totals['train_rollouts'] / cgrpo.cgrpo_totals['groups']:.2f}")
-    print(f"median update time per step over {args.steps} steps: C-GRPO {cgrpo_s * 1000:.1f} ms, "
-          f"GRPO G={args.stop_at} {grpo_s * 1000:.1f} ms, ratio {cgrpo_s / grpo_s:.3f}")
+    print(
+        f"median update time per step over {args.steps} steps: C-GRPO {cgrpo_s * 1000:.1f} ms, "
+        f"GRPO G={args.stop_at} {grpo_s * 1000:.1f} ms, ratio {cgrpo_s / grpo_s:.3f}"
+    )
 
 
 if __name__ == "__main__":

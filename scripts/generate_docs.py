@@ -40,13 +40,7 @@ def option_table(config_class: type) -> str:
                 field.metadata["help"],
             ]
             # A '|' inside a cell, even in a code span, ends the cell in GitHub's tables.
-            rows.append(
-                "| "
-                + " | ".join(
-                    " ".join(cell.split()).replace("|", "\\|") for cell in cells
-                )
-                + " |"
-            )
+            rows.append("| " + " | ".join(" ".join(cell.split()).replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(rows)
 
 
@@ -61,8 +55,7 @@ def trainer_options() -> str:
     from cgrpo import CGRPOConfig, DynamicSamplingConfig
 
     return "\n\n".join(
-        f"`{cls.__name__}` (`{cls.__module__}`):\n\n{option_table(cls)}"
-        for cls in (CGRPOConfig, DynamicSamplingConfig)
+        f"`{cls.__name__}` (`{cls.__module__}`):\n\n{option_table(cls)}" for cls in (CGRPOConfig, DynamicSamplingConfig)
     )
 
 
@@ -109,10 +102,7 @@ def _resolve(node: dict, schema: dict) -> dict:
 
 def _merge_children(target: dict, node: dict) -> dict:
     base = target.get("properties", {})
-    return {
-        name: {**base.get(name, {}), **child}
-        for name, child in node["properties"].items()
-    }
+    return {name: {**base.get(name, {}), **child} for name, child in node["properties"].items()}
 
 
 def _marks(node: dict, required: bool) -> str:
@@ -124,26 +114,17 @@ def _marks(node: dict, required: bool) -> str:
 
 
 def _yaml_value(value) -> str:
-    return (
-        yaml.safe_dump(value, default_flow_style=True, width=1000)
-        .strip()
-        .removesuffix("...")
-        .strip()
-    )
+    return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...").strip()
 
 
 def _text(node: dict) -> str:
     if "description" not in node:
-        raise ValueError(
-            f"a schema key lacks a description: {node}; add `description:` in {SCHEMA.name}"
-        )
+        raise ValueError(f"a schema key lacks a description: {node}; add `description:` in {SCHEMA.name}")
     return " ".join(node["description"].split())
 
 
 # ------------------------------------------------------------------ outputs
-REPORT_ENTRY = re.compile(
-    r'report\(\s*"results/\{exp\}/(?P<path>[^"]+)",\s*caption="\.\./report/(?P<caption>[^"]+)"'
-)
+REPORT_ENTRY = re.compile(r'report\(\s*"results/\{exp\}/(?P<path>[^"]+)",\s*caption="\.\./report/(?P<caption>[^"]+)"')
 
 
 def report_outputs() -> str:
@@ -152,13 +133,9 @@ def report_outputs() -> str:
     for match in REPORT_ENTRY.finditer(REPORT_RULES.read_text()):
         caption = (REPORT_RULES.parent.parent / "report" / match["caption"]).read_text()
         caption = " ".join(caption.replace("``", "`").split())
-        lines.append(
-            f"- `{match['path']}` ([caption](../workflow/report/{match['caption']})): {caption}"
-        )
+        lines.append(f"- `{match['path']}` ([caption](../workflow/report/{match['caption']})): {caption}")
     if not lines:
-        raise ValueError(
-            f"no report(...) outputs found in {REPORT_RULES}; the pattern in this script is out of date"
-        )
+        raise ValueError(f"no report(...) outputs found in {REPORT_RULES}; the pattern in this script is out of date")
     return "\n".join(lines)
 
 
@@ -188,11 +165,7 @@ def render(page: Path, parts: dict[str, str]) -> str:
 
 
 def stale_pages() -> list[Path]:
-    return [
-        page
-        for page, parts in generated_parts().items()
-        if render(page, parts) != page.read_text()
-    ]
+    return [page for page, parts in generated_parts().items() if render(page, parts) != page.read_text()]
 
 
 def main() -> int:

@@ -33,8 +33,16 @@ def build_tiny_model(path, seed: int = 0) -> str:
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
     torch.manual_seed(seed)
     config = Qwen2Config(
-        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=256, pad_token_id=0, eos_token_id=1, bos_token_id=1,
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
         tie_word_embeddings=True,
     )
     Qwen2ForCausalLM(config).save_pretrained(path)
@@ -49,7 +57,13 @@ def tiny_model_dir(tmp_path_factory) -> str:
 
 # Settings for a bootstrap that takes seconds: far too small to learn arithmetic, but it exercises every step.
 TINY_BOOTSTRAP = dict(
-    seed=0, num_examples=64, batch_size=16, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+    seed=0,
+    num_examples=64,
+    batch_size=16,
+    hidden_size=32,
+    intermediate_size=64,
+    num_layers=1,
+    num_heads=2,
     warmup_steps=0,
 )
 
@@ -70,10 +84,21 @@ SMOKE_TIMEOUT_S = 1200
 def run_smoke(workdir: Path, *args: str, timeout: float = SMOKE_TIMEOUT_S) -> subprocess.CompletedProcess:
     """The smoke config's Snakemake run in `workdir` (no profile unless `args` names one); stdout and stderr merged."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-               "--configfile", str(REPO / "config" / "smoke.yaml"), *args]
-    return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                          timeout=timeout, check=False)
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(REPO / "config" / "smoke.yaml"),
+        *args,
+    ]
+    return subprocess.run(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=timeout, check=False
+    )
 
 
 @pytest.fixture(scope="session")
@@ -94,16 +119,23 @@ def cluster_problem() -> str | None:
     if shutil.which("sbatch") is None or shutil.which("squeue") is None:
         return "sbatch or squeue not found, no SLURM here (start a local cluster: bash scripts/slurm-local.sh start)"
     try:
-        result = subprocess.run(["sinfo", "--noheader", "--partition", PARTITION, "--format", "%t"],
-                                capture_output=True, text=True, timeout=30, check=False)
+        result = subprocess.run(
+            ["sinfo", "--noheader", "--partition", PARTITION, "--format", "%t"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"the SLURM cluster does not answer sinfo: {error}"
     if result.returncode != 0:
         return f"the SLURM cluster does not answer sinfo: {result.stderr.strip()}"
     states = result.stdout.split()
     if not any(state.rstrip("*~#") in {"idle", "mix", "alloc"} for state in states):
-        return (f"SLURM partition {PARTITION!r} has no node up (sinfo node states: {states or 'none'}); "
-                "start a local cluster: bash scripts/slurm-local.sh start")
+        return (
+            f"SLURM partition {PARTITION!r} has no node up (sinfo node states: {states or 'none'}); "
+            "start a local cluster: bash scripts/slurm-local.sh start"
+        )
     return None
 
 
@@ -128,8 +160,17 @@ def require_cluster() -> None:
 def run_two_ranks(script: Path, model_dir: str, out: Path) -> list[dict]:
     """Run `script <model_dir> <out>` on two CPU processes (torchrun, gloo); return each rank's `rank<i>.json`."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               str(script), model_dir, str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(script),
+        model_dir,
+        str(out),
+    ]
     result = subprocess.run(command, env=env, cwd=out, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import load_script
 
 from cgrpo.pipeline.bootstrap import SETTINGS_FILE, BootstrapSettings
-from conftest import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "resources" / "base_model" / "arithmetic"
@@ -43,8 +43,9 @@ def script():
 
 
 def _eval_args() -> argparse.Namespace:
-    return argparse.Namespace(eval_size=50, eval_seed=123_456, num_samples=2, temperature=1.0, max_new_tokens=40,
-                              batch_size=256)
+    return argparse.Namespace(
+        eval_size=50, eval_seed=123_456, num_samples=2, temperature=1.0, max_new_tokens=40, batch_size=256
+    )
 
 
 @pytest.mark.slow
@@ -59,17 +60,35 @@ def test_the_rebuild_check_accepts_the_shipped_model_and_rejects_another(script,
 
 
 def _dry_run(workdir: Path, *configfiles: Path) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "snakemake", "--workflow-profile", "none", "--snakefile", str(REPO / "Snakefile"),
-               "--directory", str(workdir), "-n", "--cores", "1", "--configfile", *map(str, configfiles), "--",
-               "results/default/base_model/source.json"]
-    return subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-                          timeout=120, check=False)
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--workflow-profile",
+        "none",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "-n",
+        "--cores",
+        "1",
+        "--configfile",
+        *map(str, configfiles),
+        "--",
+        "results/default/base_model/source.json",
+    ]
+    return subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120, check=False
+    )
 
 
 def test_the_rebuild_override_needs_no_shipped_model(tmp_path):
     # Without the shipped model in the working directory, only the override (which bootstraps) passes the dry run.
     default = REPO / "config" / "config.yaml"
     missing = _dry_run(tmp_path, default)
-    assert missing.returncode != 0 and "resources/base_model/arithmetic' does not exist" in missing.stdout + missing.stderr
+    assert (
+        missing.returncode != 0 and "resources/base_model/arithmetic' does not exist" in missing.stdout + missing.stderr
+    )
     rebuild = _dry_run(tmp_path, default, REPO / "config" / "overrides" / "rebuild_base_model.yaml")
     assert rebuild.returncode == 0, rebuild.stdout + rebuild.stderr

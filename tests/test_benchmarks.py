@@ -19,8 +19,16 @@ def schedule():
 
 
 def _args(**overrides) -> argparse.Namespace:
-    options = dict(prompts=8, prompts_per_step=2, max_completion_length=4, calibration_prompts=2,
-                   prompts_per_calibration=160.0, device="cpu", use_vllm=False, seed=0)
+    options = dict(
+        prompts=8,
+        prompts_per_step=2,
+        max_completion_length=4,
+        calibration_prompts=2,
+        prompts_per_calibration=160.0,
+        device="cpu",
+        use_vllm=False,
+        seed=0,
+    )
     return argparse.Namespace(**{**options, **overrides})
 
 
@@ -38,8 +46,12 @@ def test_forced_regimes_stop_every_prompt_where_drawn(schedule, tiny_model_dir, 
 
 def test_budget_mix_reads_a_summary_or_weights(schedule, tmp_path):
     summary = tmp_path / "summary.csv"
-    pd.DataFrame({"method": ["base", "cgrpo", "cgrpo", "grpo"],
-                  "train_budget_histogram": [None, "2:10, 32:5", "2:4, 16:1", "32:320"]}).to_csv(summary, index=False)
+    pd.DataFrame(
+        {
+            "method": ["base", "cgrpo", "cgrpo", "grpo"],
+            "train_budget_histogram": [None, "2:10, 32:5", "2:4, 16:1", "32:320"],
+        }
+    ).to_csv(summary, index=False)
     assert schedule.budget_mix(str(summary)) == {2: 14.0, 32: 5.0, 16: 1.0}
     assert schedule.budget_mix("2:0.5,32:0.5") == {2: 0.5, 32: 0.5}
     with pytest.raises(SystemExit, match="not in the grid"):
@@ -52,16 +64,48 @@ def test_ratios_compare_each_regime_with_its_grpo(schedule):
     rows = []
     for round_prompts, scale in ((2, 2.0), (16, 1.0)):
         rows += [
-            {"model": "m", "round_prompts": round_prompts, "method": "GRPO G=2", "regime": None,
-             "rollouts_per_prompt": 2, "generation_s": 1.0 * scale, "update_s": 1.0, "calibration_s": 0.0},
-            {"model": "m", "round_prompts": round_prompts, "method": "GRPO G=32", "regime": None,
-             "rollouts_per_prompt": 32, "generation_s": 8.0 * scale, "update_s": 2.0, "calibration_s": 0.0},
-            {"model": "m", "round_prompts": round_prompts, "method": "C-GRPO", "regime": "kmin",
-             "rollouts_per_prompt": 2, "calibration_rollouts_per_prompt": 3.2, "generation_s": 1.5, "update_s": 1.0,
-             "calibration_s": 0.5},
-            {"model": "m", "round_prompts": round_prompts, "method": "C-GRPO", "regime": "mix",
-             "rollouts_per_prompt": 16, "calibration_rollouts_per_prompt": 3.2, "generation_s": 4.0, "update_s": 1.5,
-             "calibration_s": 0.5},
+            {
+                "model": "m",
+                "round_prompts": round_prompts,
+                "method": "GRPO G=2",
+                "regime": None,
+                "rollouts_per_prompt": 2,
+                "generation_s": 1.0 * scale,
+                "update_s": 1.0,
+                "calibration_s": 0.0,
+            },
+            {
+                "model": "m",
+                "round_prompts": round_prompts,
+                "method": "GRPO G=32",
+                "regime": None,
+                "rollouts_per_prompt": 32,
+                "generation_s": 8.0 * scale,
+                "update_s": 2.0,
+                "calibration_s": 0.0,
+            },
+            {
+                "model": "m",
+                "round_prompts": round_prompts,
+                "method": "C-GRPO",
+                "regime": "kmin",
+                "rollouts_per_prompt": 2,
+                "calibration_rollouts_per_prompt": 3.2,
+                "generation_s": 1.5,
+                "update_s": 1.0,
+                "calibration_s": 0.5,
+            },
+            {
+                "model": "m",
+                "round_prompts": round_prompts,
+                "method": "C-GRPO",
+                "regime": "mix",
+                "rollouts_per_prompt": 16,
+                "calibration_rollouts_per_prompt": 3.2,
+                "generation_s": 4.0,
+                "update_s": 1.5,
+                "calibration_s": 0.5,
+            },
         ]
     table = schedule.with_ratios(pd.DataFrame(rows)).set_index(["round_prompts", "regime"])
     assert table.loc[(16, "kmin"), "ratio"] == pytest.approx(3.0 / 2.0)

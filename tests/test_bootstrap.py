@@ -86,11 +86,21 @@ def test_same_seed_gives_identical_tokenizer_and_weights(tmp_path, bootstrapped_
 def test_grpo_trainer_accepts_the_model_by_path(tmp_path, bootstrapped_model_dir):
     task = get_task("arithmetic", num_examples=8, seed=1)
     args = GRPOConfig(
-        output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=4, num_generations=4,
-        max_completion_length=8, max_steps=1, report_to=[], logging_steps=1, save_strategy="no",
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=1,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
     )
     trainer = GRPOTrainer(
-        model=str(bootstrapped_model_dir), reward_funcs=task.reward_funcs, args=args,
+        model=str(bootstrapped_model_dir),
+        reward_funcs=task.reward_funcs,
+        args=args,
         train_dataset=task.to_prompt_dataset(task.load()),
         processing_class=AutoTokenizer.from_pretrained(bootstrapped_model_dir),
     )

@@ -35,8 +35,19 @@ from cgrpo.pipeline.tasks import check_task_score, extract_program, get_task
 
 REPO = Path(__file__).resolve().parents[1]
 CODE_SMOKE = REPO / "config" / "code_smoke.yaml"
-EVAL_KEYS = {"run", "eval_greedy_acc", "eval_maj_acc", "maj_at_k", "pass_at_k", "mean_at_k", "conformal", "coverage",
-             "coverage_splits", "per_prompt", "eval_wall_s"}
+EVAL_KEYS = {
+    "run",
+    "eval_greedy_acc",
+    "eval_maj_acc",
+    "maj_at_k",
+    "pass_at_k",
+    "mean_at_k",
+    "conformal",
+    "coverage",
+    "coverage_splits",
+    "per_prompt",
+    "eval_wall_s",
+}
 GRID = [2, 4]
 
 
@@ -117,8 +128,15 @@ def test_execution_fixed_k_metrics_by_hand():
 
 @pytest.mark.parametrize("score", ["first_success", "pass_rate"])
 def test_conformal_metrics_on_verifier_passes(score):
-    settings = {"budget_grid": GRID, "score": score, "deltas": [0.5], "delta_margin": 0.05, "split_delta": False,
-                "coverage_splits": 20, "statistics_seed": 0}
+    settings = {
+        "budget_grid": GRID,
+        "score": score,
+        "deltas": [0.5],
+        "delta_margin": 0.05,
+        "split_delta": False,
+        "coverage_splits": 20,
+        "statistics_seed": 0,
+    }
     calibration = [[True, False, False, False], [False, True, True, True], [True, True, True, True], [False] * 4]
     record = conformal_metrics(PASSES, None, calibration, None, settings, seed=0)
     assert [entry["delta_mode"] for entry in record["conformal"]] == ["auto", 0.5]
@@ -169,11 +187,26 @@ def code_splits(tmp_path_factory):
 
 
 def _spec(model, splits, score, task="code"):
-    settings = {"budget_grid": GRID, "score": score, "temperature": 1.0, "max_new_tokens": 4, "batch_size": 8,
-                "deltas": [0.2], "delta_margin": 0.05, "split_delta": False, "coverage_splits": 20,
-                "statistics_seed": 0}
-    return {"run": "base", "task": {"name": task, "options": {"num_examples": 80}}, "model": model,
-            "splits": str(splits), "seed": 0, "evaluation": settings}
+    settings = {
+        "budget_grid": GRID,
+        "score": score,
+        "temperature": 1.0,
+        "max_new_tokens": 4,
+        "batch_size": 8,
+        "deltas": [0.2],
+        "delta_margin": 0.05,
+        "split_delta": False,
+        "coverage_splits": 20,
+        "statistics_seed": 0,
+    }
+    return {
+        "run": "base",
+        "task": {"name": task, "options": {"num_examples": 80}},
+        "model": model,
+        "splits": str(splits),
+        "seed": 0,
+        "evaluation": settings,
+    }
 
 
 @pytest.mark.parametrize("score", ["first_success", "pass_rate"])
@@ -181,13 +214,21 @@ def test_evaluate_model_with_an_execution_score(tiny_model_dir, code_splits, tmp
     from cgrpo.pipeline.splits import load_split
 
     task = get_task("code", num_examples=80)
-    references = {row["prompt"]: row["answer"] for split in ("calibration", "eval")
-                  for row in task.to_prompt_dataset(load_split(code_splits, split))}
+    references = {
+        row["prompt"]: row["answer"]
+        for split in ("calibration", "eval")
+        for row in task.to_prompt_dataset(load_split(code_splits, split))
+    }
 
     def scripted(model, tokenizer, prompts, num_samples, greedy, **options):
         # The reference program at even sample positions, a failing one at odd ones; greedy always passes.
-        return [[references[prompt] + "\n```" if greedy or i % 2 == 0 else "def wrong():\n    pass\n```"
-                 for i in range(num_samples)] for prompt in prompts]
+        return [
+            [
+                references[prompt] + "\n```" if greedy or i % 2 == 0 else "def wrong():\n    pass\n```"
+                for i in range(num_samples)
+            ]
+            for prompt in prompts
+        ]
 
     monkeypatch.setattr(evaluation, "generate_completions", scripted)
     out = tmp_path / "base.json"
@@ -196,7 +237,11 @@ def test_evaluate_model_with_an_execution_score(tiny_model_dir, code_splits, tmp
     assert set(record) == EVAL_KEYS
     assert record["eval_greedy_acc"] == 1.0 and record["mean_at_k"] == 0.5
     # Per prompt, for the intervals: each averages to its summary figure.
-    assert record["per_prompt"] == {"eval_greedy_acc": [1.0] * 5, "eval_maj_acc": [1.0] * 5, "eval_mean_at_k": [0.5] * 5}
+    assert record["per_prompt"] == {
+        "eval_greedy_acc": [1.0] * 5,
+        "eval_maj_acc": [1.0] * 5,
+        "eval_mean_at_k": [0.5] * 5,
+    }
     assert record["eval_maj_acc"] == 1.0
     # Unbiased pass@2 from 4 samples with 2 passes: 1 - C(2, 2) / C(4, 2).
     assert record["pass_at_k"] == {"2": pytest.approx(5 / 6), "4": 1.0}
@@ -206,10 +251,12 @@ def test_evaluate_model_with_an_execution_score(tiny_model_dir, code_splits, tmp
     assert {row["delta_mode"] for row in record["coverage"]} == {"auto", 0.2}
 
 
-@pytest.mark.parametrize(("task", "score", "message"),
-                         [("code", "aps", "judges programs"), ("arithmetic", "first_success", "no verifier")])
-def test_evaluate_model_rejects_a_score_the_task_cannot_compute(tiny_model_dir, code_splits, tmp_path, task, score,
-                                                                message):
+@pytest.mark.parametrize(
+    ("task", "score", "message"), [("code", "aps", "judges programs"), ("arithmetic", "first_success", "no verifier")]
+)
+def test_evaluate_model_rejects_a_score_the_task_cannot_compute(
+    tiny_model_dir, code_splits, tmp_path, task, score, message
+):
     with pytest.raises(ValueError, match=message):
         evaluation.evaluate_model(_spec(tiny_model_dir, code_splits, score, task), tmp_path / "x.json")
 
@@ -219,10 +266,21 @@ def test_evaluate_model_rejects_a_score_the_task_cannot_compute(tiny_model_dir, 
 
 def _snakemake(workdir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", "snakemake", "--workflow-profile", "none", "--snakefile", str(REPO / "Snakefile"),
-               "--directory", str(workdir), *args]
-    return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                          timeout=timeout, check=False)
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--workflow-profile",
+        "none",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        *args,
+    ]
+    return subprocess.run(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=timeout, check=False
+    )
 
 
 @pytest.mark.parametrize(
@@ -231,8 +289,10 @@ def _snakemake(workdir: Path, *args: str, timeout: float = 120) -> subprocess.Co
         ({("cgrpo", "options", "score"): "aps"}, "config key cgrpo.options.score: score 'aps'"),
         ({("base_model", "options", "task"): "arithmetic"}, "config key base_model.options.task is 'arithmetic'"),
         ({("task", "options", "answer_format"): "boxed"}, "config key task.options of task 'code'"),
-        ({("task", "name"): "arithmetic", ("task", "options"): {}, ("base_model", "options", "task"): "arithmetic"},
-         "config key cgrpo.options.score: score 'first_success' counts verifier passes"),
+        (
+            {("task", "name"): "arithmetic", ("task", "options"): {}, ("base_model", "options", "task"): "arithmetic"},
+            "config key cgrpo.options.score: score 'first_success' counts verifier passes",
+        ),
         ({("task", "options", "isolation"): "none"}, "['task']['options']['isolation']"),
     ],
 )
@@ -260,7 +320,9 @@ def test_dry_run_refuses_humaneval_with_forgeable_tests(tmp_path):
     path.write_text(yaml.safe_dump(config))
     result = _snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path), "--replace-workflow-config")
     assert result.returncode != 0
-    assert "17 of 164 problems of HumanEval have tests that are not tamper-proof" in result.stdout, result.stdout[-3000:]
+    assert "17 of 164 problems of HumanEval have tests that are not tamper-proof" in result.stdout, result.stdout[
+        -3000:
+    ]
     assert "allow_forgeable_tests: true" in result.stdout
 
 

@@ -27,15 +27,25 @@ from cgrpo.pipeline.tasks.code import (
 )
 
 MBPP_ROWS = [
-    {"task_id": 2, "text": "Write a function to find the shared elements from the given two lists.",
-     "code": "def similar_elements(a, b):\n    return tuple(set(a) & set(b))",
-     "test_list": ["assert set(similar_elements((3, 4, 5, 6), (5, 7, 4, 10))) == set((4, 5))",
-                   "assert set(similar_elements((1, 2, 3, 4), (5, 4, 3, 7))) == set((3, 4))"],
-     "test_setup_code": "", "challenge_test_list": []},
-    {"task_id": 3, "text": "Write a python function to find the area of a circle of radius r.",
-     "code": "def circle_area(r):\n    return math.pi * r * r",
-     "test_list": ["assert math.isclose(circle_area(1), 3.14159, rel_tol=0.001)", "assert circle_area(0) == 0"],
-     "test_setup_code": "import math", "challenge_test_list": []},
+    {
+        "task_id": 2,
+        "text": "Write a function to find the shared elements from the given two lists.",
+        "code": "def similar_elements(a, b):\n    return tuple(set(a) & set(b))",
+        "test_list": [
+            "assert set(similar_elements((3, 4, 5, 6), (5, 7, 4, 10))) == set((4, 5))",
+            "assert set(similar_elements((1, 2, 3, 4), (5, 4, 3, 7))) == set((3, 4))",
+        ],
+        "test_setup_code": "",
+        "challenge_test_list": [],
+    },
+    {
+        "task_id": 3,
+        "text": "Write a python function to find the area of a circle of radius r.",
+        "code": "def circle_area(r):\n    return math.pi * r * r",
+        "test_list": ["assert math.isclose(circle_area(1), 3.14159, rel_tol=0.001)", "assert circle_area(0) == 0"],
+        "test_setup_code": "import math",
+        "challenge_test_list": [],
+    },
 ]
 
 
@@ -124,24 +134,37 @@ def test_verifier_is_called_like_the_trainer_calls_it(task):
 
 def test_hostile_completions_fail_and_the_verifier_goes_on(task):
     example = task.to_prompt_dataset(task.load("train").select([1]))[0]
-    hostile = ["while True:\n    pass", "import os\nos._exit(0)", "import os\nwhile True:\n    os.fork()",
-               "x = bytearray(10 ** 10)", "import sys\nsys.stdout.write('x' * (1 << 30))"]
+    hostile = [
+        "while True:\n    pass",
+        "import os\nos._exit(0)",
+        "import os\nwhile True:\n    os.fork()",
+        "x = bytearray(10 ** 10)",
+        "import sys\nsys.stdout.write('x' * (1 << 30))",
+    ]
     verifier = CodeVerifier(task.verifier.limits.__class__(timeout_s=1.5))
-    passes = verifier(completions=[h + "\n" + example["answer"] for h in hostile] + [example["answer"]],
-                      tests=example["tests"], setup=example["setup"])
+    passes = verifier(
+        completions=[h + "\n" + example["answer"] for h in hostile] + [example["answer"]],
+        tests=example["tests"],
+        setup=example["setup"],
+    )
     assert passes == [False] * len(hostile) + [True]
     assert verifier.counts["passed"] == 1 and sum(verifier.counts.values()) == len(hostile) + 1
 
 
 def test_rewards_follow_trl_columns_and_share_the_verifier_cache(task):
     data = task.to_prompt_dataset(task.load("train").select(range(2)))
-    completions = [data[0]["answer"] + "\n```", "def nope(:\n```", data[1]["answer"] + "\n```",
-                   "```python\ndef f(x): return 0\n```"]
+    completions = [
+        data[0]["answer"] + "\n```",
+        "def nope(:\n```",
+        data[1]["answer"] + "\n```",
+        "```python\ndef f(x): return 0\n```",
+    ]
     tests = [data[0]["tests"], data[0]["tests"], data[1]["tests"], data[1]["tests"]]
     setups = ["", "", "", ""]
     verifier = CodeVerifier()
-    correctness = code_correctness_reward(completions, tests=tests, setup=setups, verifier=verifier,
-                                          prompts=["p"] * 4, answer=["a"] * 4)
+    correctness = code_correctness_reward(
+        completions, tests=tests, setup=setups, verifier=verifier, prompts=["p"] * 4, answer=["a"] * 4
+    )
     assert correctness == [1.0, 0.0, 1.0, 0.0]
     runs = sum(verifier.counts.values())
     # The trainer's outcome check on the same completions is answered from the cache, with the same verdicts.
@@ -175,8 +198,16 @@ def test_mbpp_file_loads_and_verifies(tmp_path):
 
 
 def test_mbpp_sanitized_columns_and_bad_sources(tmp_path):
-    sanitized = [{"prompt": "Add one.", "code": "def inc(x):\n    return x + 1", "test_imports": ["import math"],
-                  "test_list": ["assert inc(1) == 2"], "source_file": "x", "task_id": 7}]
+    sanitized = [
+        {
+            "prompt": "Add one.",
+            "code": "def inc(x):\n    return x + 1",
+            "test_imports": ["import math"],
+            "test_list": ["assert inc(1) == 2"],
+            "source_file": "x",
+            "task_id": 7,
+        }
+    ]
     _write_jsonl(tmp_path / "s.jsonl", sanitized)
     row = get_task("code", source=str(tmp_path / "s.jsonl")).load()[0]
     assert (row["question"], row["setup"], row["tests"]) == ("Add one.", "import math", ["assert inc(1) == 2"])

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from peft import LoraConfig
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
-from peft import LoraConfig
 from trl import GRPOConfig
 
 from cgrpo.pipeline.bootstrap import BootstrapSettings
-
 from cgrpo.pipeline.config_checks import ConfigError, check_config
 from cgrpo.pipeline.config_options import BOOTSTRAP_SETTINGS, GRPO_CONFIG, LORA_CONFIG, dataclass_options, option_type
 from cgrpo.pipeline.tasks.files import DataSource
@@ -67,8 +66,13 @@ def _objects(schema, path="config"):
 def test_every_config_section_refuses_unknown_keys():
     # The sections the schema leaves open are checked against the classes they become (below): GRPOConfig for the
     # trainer sections, LoraConfig for peft, the bootstrap's settings and the task's factory for the options.
-    checked_elsewhere = {"$defs.trainer_overrides", "config.training", "config.task.options",
-                         "config.base_model.options", "config.peft"}
+    checked_elsewhere = {
+        "$defs.trainer_overrides",
+        "config.training",
+        "config.task.options",
+        "config.base_model.options",
+        "config.peft",
+    }
     schema = yaml.safe_load(SCHEMA.read_text())
     open_sections = {path for path, node in _objects(schema) if node.get("additionalProperties") is not False}
     assert open_sections == checked_elsewhere
@@ -105,7 +109,11 @@ def test_schema_refuses(key, value, message):
         ("cgrpo.trainer.budget_grid", [2, 4], "C-GRPO's own options go under cgrpo.options"),
         ("dapo.trainer.max_sampling_round", 2, "dapo.trainer.max_sampling_round is not an option"),
         ("training.weight_decay", "1e-2", "YAML reads a number such as 1e-5 without a dot as a string"),
-        ("grpo.trainer.max_grad_norm", "big", "grpo.trainer.max_grad_norm is 'big' (str), but GRPOConfig.max_grad_norm takes float"),
+        (
+            "grpo.trainer.max_grad_norm",
+            "big",
+            "grpo.trainer.max_grad_norm is 'big' (str), but GRPOConfig.max_grad_norm takes float",
+        ),
         ("training.gradient_checkpointing", "yes", "takes bool"),
         ("cgrpo.trainer.seed", 1.5, "takes int"),
         ("training.report_to", 3, "takes None | str | list[str]"),
@@ -135,7 +143,9 @@ def test_option_table_is_the_installed_class(location, cls):
 
 
 def test_peft_and_bootstrap_options_are_checked():
-    with pytest.raises(ConfigError, match="config key peft.lora_alph is not an option of LoraConfig; did you mean 'lora_alpha'?"):
+    with pytest.raises(
+        ConfigError, match="config key peft.lora_alph is not an option of LoraConfig; did you mean 'lora_alpha'?"
+    ):
         planned(with_change("peft", {"lora_alph": 8}))
     with pytest.raises(ConfigError, match="peft.use_rslora is 'yes' \\(str\\), but LoraConfig.use_rslora takes bool"):
         planned(with_change("peft", {"r": 8, "use_rslora": "yes"}))
@@ -176,8 +186,11 @@ def test_enum_annotations_are_not_checked():
         ("cgrpo.budget_grids", [[2, 4.0, 8]], "must be a strictly increasing list of integers"),
         ("cgrpo.budget_grids", [[1, 2, 4]], "advantage is always zero"),
         # The smoke batch is 8 rows: groups of 16 (with one micro-batch per generation), 3 or 6 do not fit whole.
-        ("cgrpo.trainer", {"steps_per_generation": 1}, "cgrpo.budget_grids has group size 16, but cgrpo's generation "
-                                                       "batch of 8"),
+        (
+            "cgrpo.trainer",
+            {"steps_per_generation": 1},
+            "cgrpo.budget_grids has group size 16, but cgrpo's generation batch of 8",
+        ),
         # Baselines train C-GRPO's prompts per step: 8 rows of 16-wide groups are half a prompt, 1.5 rows of G = 3.
         ("grpo.num_generations", [3], "grpo.num_generations has group size 3, but C-GRPO trains 8/16 prompts"),
         ("dapo.num_generations", [5], "dapo.num_generations has group size 5, but C-GRPO trains 8/16 prompts"),
@@ -192,8 +205,11 @@ def test_grids_and_batch_sizes(key, value, message):
 
 
 def test_every_method_shares_one_generation_schedule():
-    with pytest.raises(ConfigError, match="min_generation_prompts would give C-GRPO a generation schedule of its own; "
-                                          "set training.steps_per_generation instead"):
+    with pytest.raises(
+        ConfigError,
+        match="min_generation_prompts would give C-GRPO a generation schedule of its own; "
+        "set training.steps_per_generation instead",
+    ):
         planned(with_change("cgrpo.options.min_generation_prompts", 16))
     # A grid of 16-wide groups needs a generation batch of 16 rows for C-GRPO and 8 of GRPO at G = 8 (half a prompt
     # per 8-row step): 2 steps per generation, for every method.
@@ -277,8 +293,11 @@ def test_json_file_of_json_lines_is_read(tmp_path):
 def test_generated_task_has_no_eval_source_split(task):
     config = with_change("task", task)
     config["splits"]["eval_source_split"] = "test"
-    with pytest.raises(ConfigError, match=r"^config key splits.eval_source_split is 'test', but task '\w+' generates "
-                                          r"one pool .*leave splits.eval_source_split unset \(null\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^config key splits.eval_source_split is 'test', but task '\w+' generates "
+        r"one pool .*leave splits.eval_source_split unset \(null\)",
+    ):
         planned(config)
 
 
@@ -293,8 +312,9 @@ def test_one_file_cannot_serve_an_eval_split(tmp_path):
 def test_code_file_accepts_any_mbpp_column_names(tmp_path):
     path = tmp_path / "mbpp.jsonl"
     path.write_text(json.dumps({"text": "t", "code": "c", "test_list": ["assert True"]}) + "\n")
-    source = DataSource(str(path), True, (("question", "text", "prompt"), ("answer", "code"), ("tests", "test_list")),
-                        "code task")
+    source = DataSource(
+        str(path), True, (("question", "text", "prompt"), ("answer", "code"), ("tests", "test_list")), "code task"
+    )
     source.check(["train"], offline=False)
     path.write_text(json.dumps({"text": "t", "code": "c"}) + "\n")
     with pytest.raises(ValueError, match="lacks column\\(s\\) tests or test_list"):
@@ -322,7 +342,9 @@ def test_task_options_the_factory_refuses():
 
 def test_model_path_that_does_not_exist(tmp_path):
     config = with_change("base_model", {"bootstrap": False, "path": str(tmp_path / "no-model")})
-    with pytest.raises(ConfigError, match="base_model.path .* does not exist; fix the path or set base_model.bootstrap"):
+    with pytest.raises(
+        ConfigError, match="base_model.path .* does not exist; fix the path or set base_model.bootstrap"
+    ):
         planned(config)
     (tmp_path / "no-model").mkdir()
     with pytest.raises(ConfigError, match="has no config.json; point it at a folder saved with save_pretrained"):

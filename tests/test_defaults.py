@@ -21,8 +21,12 @@ LOSS_OPTIONS = {"luspo": {"importance_sampling_level": "sequence"}}
 
 
 def _data(n: int, offset: int = 0) -> Dataset:
-    return Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(offset, offset + n)],
-                              "answer": [str(2 * i) for i in range(offset, offset + n)]})
+    return Dataset.from_dict(
+        {
+            "prompt": [f"{i}+{i}=" for i in range(offset, offset + n)],
+            "answer": [str(2 * i) for i in range(offset, offset + n)],
+        }
+    )
 
 
 def _length_reward(completions, **kwargs):
@@ -35,15 +39,29 @@ def _first_character(text: str) -> str | None:
 
 def _user_options(tmp_path, **overrides) -> dict:
     """The issue's case: 8 prompts, groups of 4, one prompt per step, 2 steps; the rest TRL's defaults."""
-    options = {"output_dir": str(tmp_path), "use_cpu": True, "bf16": False, "report_to": [],
-               "per_device_train_batch_size": 4, "max_steps": 2, "logging_steps": 1, "max_completion_length": 8}
+    options = {
+        "output_dir": str(tmp_path),
+        "use_cpu": True,
+        "bf16": False,
+        "report_to": [],
+        "per_device_train_batch_size": 4,
+        "max_steps": 2,
+        "logging_steps": 1,
+        "max_completion_length": 8,
+    }
     return {**options, **overrides}
 
 
 def _cgrpo(model_dir, tmp_path, train_size: int = 8, **overrides) -> CGRPOTrainer:
     args = CGRPOConfig(budget_grid=[2, 4], **_user_options(tmp_path, **overrides))
-    return CGRPOTrainer(model=model_dir, reward_funcs=_length_reward, args=args, train_dataset=_data(train_size),
-                        calibration_dataset=_data(4, offset=100), answer_extractor=_first_character)
+    return CGRPOTrainer(
+        model=model_dir,
+        reward_funcs=_length_reward,
+        args=args,
+        train_dataset=_data(train_size),
+        calibration_dataset=_data(4, offset=100),
+        answer_extractor=_first_character,
+    )
 
 
 def _budget_logs(trainer) -> list[dict]:
@@ -51,8 +69,12 @@ def _budget_logs(trainer) -> list[dict]:
 
 
 def test_grpo_users_arguments_train_every_step_with_budget_metrics(tiny_model_dir, tmp_path):
-    grpo = GRPOTrainer(model=tiny_model_dir, reward_funcs=_length_reward, train_dataset=_data(8),
-                       args=GRPOConfig(num_generations=4, **_user_options(tmp_path / "grpo")))
+    grpo = GRPOTrainer(
+        model=tiny_model_dir,
+        reward_funcs=_length_reward,
+        train_dataset=_data(8),
+        args=GRPOConfig(num_generations=4, **_user_options(tmp_path / "grpo")),
+    )
     grpo.train()
     cgrpo = _cgrpo(tiny_model_dir, tmp_path / "cgrpo")
     assert cgrpo.args.steps_per_generation == grpo.args.steps_per_generation == 1
@@ -60,8 +82,15 @@ def test_grpo_users_arguments_train_every_step_with_budget_metrics(tiny_model_di
     assert cgrpo.state.global_step == grpo.state.global_step == 2
     logs = _budget_logs(cgrpo)
     assert [entry["step"] for entry in logs] == [1, 2]
-    per_step = {"cgrpo/mean_k", "cgrpo/rollout_savings", "cgrpo/delta", "cgrpo/qhat_2", "cgrpo/qhat_4",
-                "cgrpo/calibration_solve_rate", "cgrpo/calibration_rollouts_total"}
+    per_step = {
+        "cgrpo/mean_k",
+        "cgrpo/rollout_savings",
+        "cgrpo/delta",
+        "cgrpo/qhat_2",
+        "cgrpo/qhat_4",
+        "cgrpo/calibration_solve_rate",
+        "cgrpo/calibration_rollouts_total",
+    }
     assert all(per_step <= set(entry) for entry in logs)
     assert all(entry["cgrpo/mean_k"] in (2.0, 4.0) for entry in logs)
 
@@ -78,8 +107,11 @@ def test_every_loss_type_trains_on_the_users_arguments(tiny_model_dir, tmp_path,
 
 def test_a_generation_batch_larger_than_the_training_set_is_refused_before_training(tiny_model_dir, tmp_path):
     # 16 prompts per generation batch, 8 in the training set: TRL's sampler would yield no batch at all.
-    with pytest.raises(ValueError, match=r"train_dataset holds 8 prompts but one generation batch needs 16 .* lower "
-                                         r"min_generation_prompts"):
+    with pytest.raises(
+        ValueError,
+        match=r"train_dataset holds 8 prompts but one generation batch needs 16 .* lower "
+        r"min_generation_prompts",
+    ):
         _cgrpo(tiny_model_dir, tmp_path, min_generation_prompts=16)
     args = DynamicSamplingConfig(num_generations=4, steps_per_generation=16, **_user_options(tmp_path))
     with pytest.raises(ValueError, match="needs 16 .* lower steps_per_generation or generation_batch_size"):
@@ -98,10 +130,25 @@ def test_a_shared_generation_batch_the_training_set_holds_trains(tiny_model_dir,
 def test_the_seeds_example_arguments_train(tiny_model_dir, tmp_path):
     # The README's arguments, CGRPOConfig(budget_grid=[2, 4, 8, 16, 32], recalibrate_every=50), TRL's defaults else,
     # but for 8-token completions: a random model rarely stops, and TRL's 256 tokens took 134 s on 2 busy cores.
-    args = CGRPOConfig(budget_grid=[2, 4, 8, 16, 32], recalibrate_every=50, output_dir=str(tmp_path), use_cpu=True,
-                       bf16=False, report_to=[], max_steps=2, logging_steps=1, max_completion_length=8)
-    trainer = CGRPOTrainer(model=tiny_model_dir, reward_funcs=_length_reward, args=args, train_dataset=_data(4),
-                           calibration_dataset=_data(4, offset=100), answer_extractor=_first_character)
+    args = CGRPOConfig(
+        budget_grid=[2, 4, 8, 16, 32],
+        recalibrate_every=50,
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        max_steps=2,
+        logging_steps=1,
+        max_completion_length=8,
+    )
+    trainer = CGRPOTrainer(
+        model=tiny_model_dir,
+        reward_funcs=_length_reward,
+        args=args,
+        train_dataset=_data(4),
+        calibration_dataset=_data(4, offset=100),
+        answer_extractor=_first_character,
+    )
     trainer.train()
     assert trainer.state.global_step == 2
     assert [record["step"] for record in trainer.calibration_history] == [0]

@@ -21,9 +21,7 @@ CODE_SPAN = re.compile(r"`[^`\n]*`")
 
 
 def load_generator():
-    spec = importlib.util.spec_from_file_location(
-        "generate_docs", REPO / "scripts" / "generate_docs.py"
-    )
+    spec = importlib.util.spec_from_file_location("generate_docs", REPO / "scripts" / "generate_docs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -40,9 +38,7 @@ def anchors(page: Path) -> set[str]:
     """Every heading's anchor, with GitHub's -1, -2 suffixes for repeated headings."""
     seen: dict[str, int] = {}
     result = set()
-    for heading in re.findall(
-        r"^#{1,6} (.+)$", FENCE.sub("", page.read_text()), re.MULTILINE
-    ):
+    for heading in re.findall(r"^#{1,6} (.+)$", FENCE.sub("", page.read_text()), re.MULTILINE):
         base = slug(heading)
         count = seen.get(base, 0)
         result.add(base if count == 0 else f"{base}-{count}")
@@ -57,28 +53,13 @@ def relative_links(page: Path) -> list[str]:
 
 def test_slug_follows_github():
     assert slug("Scope, and what is tested how") == "scope-and-what-is-tested-how"
-    assert (
-        slug("Using `CGRPOTrainer` in your own TRL code")
-        == "using-cgrpotrainer-in-your-own-trl-code"
-    )
-    assert (
-        slug("vLLM: tested on CPU, untested on a GPU")
-        == "vllm-tested-on-cpu-untested-on-a-gpu"
-    )
+    assert slug("Using `CGRPOTrainer` in your own TRL code") == "using-cgrpotrainer-in-your-own-trl-code"
+    assert slug("vLLM: tested on CPU, untested on a GPU") == "vllm-tested-on-cpu-untested-on-a-gpu"
 
 
 def test_the_link_checker_finds_links():
     # A checker that matched no link would pass every page; the README links to several docs pages.
-    assert (
-        len(
-            [
-                link
-                for link in relative_links(REPO / "README.md")
-                if link.startswith("docs/")
-            ]
-        )
-        >= 5
-    )
+    assert len([link for link in relative_links(REPO / "README.md") if link.startswith("docs/")]) >= 5
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(REPO)))
@@ -90,9 +71,7 @@ def test_every_relative_link_and_anchor_resolves(page):
         if not resolved.exists():
             broken.append(f"{target}: no file {resolved}")
         elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
-            broken.append(
-                f"{target}: no heading with anchor #{anchor} in {resolved.name}"
-            )
+            broken.append(f"{target}: no heading with anchor #{anchor} in {resolved.name}")
     assert not broken, f"{page.name}: " + "; ".join(broken)
 
 
@@ -106,9 +85,7 @@ def test_docs_have_one_page_per_concern_and_a_short_front_page():
 
 def test_generated_parts_equal_their_sources():
     stale = load_generator().stale_pages()
-    assert not stale, (
-        f"out of date: {[str(p.relative_to(REPO)) for p in stale]}; run python scripts/generate_docs.py"
-    )
+    assert not stale, f"out of date: {[str(p.relative_to(REPO)) for p in stale]}; run python scripts/generate_docs.py"
 
 
 def test_every_trainer_option_is_in_the_generated_table():
@@ -117,16 +94,12 @@ def test_every_trainer_option_is_in_the_generated_table():
     table = (REPO / "docs" / "trainer.md").read_text()
     own = inspect.get_annotations(CGRPOConfig)
     for name in own:
-        help_text = " ".join(
-            CGRPOConfig.__dataclass_fields__[name].metadata["help"].split()
-        )
+        help_text = " ".join(CGRPOConfig.__dataclass_fields__[name].metadata["help"].split())
         assert f"| `{name}` |" in table and help_text.replace("|", "\\|") in table, name
 
 
 def test_every_config_key_has_a_description():
-    schema = load_generator().yaml.safe_load(
-        (REPO / "workflow" / "schemas" / "config.schema.yaml").read_text()
-    )
+    schema = load_generator().yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
     # The generator raises on the first key without a description; the keys it lists all reach config/README.md.
     text = load_generator().config_keys(schema)
     for section, node in schema["properties"].items():

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import run_two_ranks
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from cgrpo import CGRPOConfig, CGRPOTrainer, DynamicSamplingConfig, DynamicSamplingGRPOTrainer
 from cgrpo.dynamic_sampling import PromptStream, informative_groups, share_plan
-from conftest import run_two_ranks
 
 G = 4
 LOSS_TYPES = ["grpo", "dapo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"]
@@ -23,8 +23,13 @@ LOSS_TYPES = ["grpo", "dapo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vesp
 
 def _data(n: int = 32) -> Dataset:
     """Prompts whose odd indices are informative (their groups' rewards vary) and even ones are not."""
-    return Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(n)], "index": list(range(n)),
-                              "informative": [i % 2 == 1 for i in range(n)]})
+    return Dataset.from_dict(
+        {
+            "prompt": [f"{i}+{i}=" for i in range(n)],
+            "index": list(range(n)),
+            "informative": [i % 2 == 1 for i in range(n)],
+        }
+    )
 
 
 class RecordingReward:
@@ -53,17 +58,33 @@ class RecordingReward:
 def _config(tmp_path, **overrides) -> DynamicSamplingConfig:
     # One generation batch of prompts per round and short batches allowed, so each test controls its rounds; the
     # recipe's defaults have tests of their own.
-    options = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, num_generations=G,
-                   per_device_train_batch_size=4 * G, max_completion_length=6, max_steps=2, logging_steps=1,
-                   report_to=[], save_strategy="no", seed=0, max_sampling_rounds=3, prompts_per_round=4,
-                   allow_short_batch=True)
+    options = dict(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        num_generations=G,
+        per_device_train_batch_size=4 * G,
+        max_completion_length=6,
+        max_steps=2,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        seed=0,
+        max_sampling_rounds=3,
+        prompts_per_round=4,
+        allow_short_batch=True,
+    )
     options.update(overrides)
     return DynamicSamplingConfig(**options)
 
 
 def _trainer(model_dir, tmp_path, reward=None, data=None, **overrides) -> DynamicSamplingGRPOTrainer:
-    return DynamicSamplingGRPOTrainer(model=model_dir, reward_funcs=reward or RecordingReward(),
-                                      args=_config(tmp_path, **overrides), train_dataset=data or _data())
+    return DynamicSamplingGRPOTrainer(
+        model=model_dir,
+        reward_funcs=reward or RecordingReward(),
+        args=_config(tmp_path, **overrides),
+        train_dataset=data or _data(),
+    )
 
 
 def _rows(indices: list[int], data: Dataset | None = None, width: int = G) -> list[dict]:
@@ -79,16 +100,18 @@ def _score(trainer, indices: list[int], width: int = G) -> dict:
 # ---------------------------------------------------------------------- the filter, without a model
 def test_the_filter_keeps_exactly_the_groups_whose_rewards_vary():
     nan = math.nan
-    rewards = torch.tensor([
-        [1.0, 1.0, 1.0, 1.0],      # all agree: dropped
-        [0.0, 1.0, 0.0, 0.0],      # one differs: kept
-        [1.0, 1.0, nan, nan],      # C-GRPO padding (NaN) after two agreeing rows: dropped
-        [0.0, 1.0, nan, nan],      # padding after two differing rows: kept
-        [0.5, nan, nan, nan],      # a single scorable row: dropped
-        [nan, nan, nan, nan],      # nothing scorable: dropped
-        [0.3, 0.3 + 1e-12, 0.3, 0.3],  # differences far below TRL's zero-std tolerance: dropped
-        [0.3, 0.3001, 0.3, 0.3],   # a small but real difference: kept
-    ]).reshape(-1, 1)
+    rewards = torch.tensor(
+        [
+            [1.0, 1.0, 1.0, 1.0],  # all agree: dropped
+            [0.0, 1.0, 0.0, 0.0],  # one differs: kept
+            [1.0, 1.0, nan, nan],  # C-GRPO padding (NaN) after two agreeing rows: dropped
+            [0.0, 1.0, nan, nan],  # padding after two differing rows: kept
+            [0.5, nan, nan, nan],  # a single scorable row: dropped
+            [nan, nan, nan, nan],  # nothing scorable: dropped
+            [0.3, 0.3 + 1e-12, 0.3, 0.3],  # differences far below TRL's zero-std tolerance: dropped
+            [0.3, 0.3001, 0.3, 0.3],  # a small but real difference: kept
+        ]
+    ).reshape(-1, 1)
     kept = informative_groups(rewards, torch.ones(1), group_size=4)
     assert kept.tolist() == [False, True, False, True, False, False, False, True]
 
@@ -129,17 +152,16 @@ def test_normalize_then_sum_tests_the_sum_of_group_normalised_rewards():
 @pytest.mark.parametrize(
     ("counts", "local_target", "unit", "share", "moves", "zero_variance", "kept"),
     [
-        ([2, 2], 2, 1, 2, [], [0, 0], 4),                    # every process has its share
-        ([5, 1], 2, 1, 2, [(0, 2, 1)], [0, 0], 4),           # rank 0's surplus fills rank 1
-        ([3, 0], 2, 1, 1, [(0, 1, 1)], [0, 0], 2),           # too few for the target: an even share of what there is
+        ([2, 2], 2, 1, 2, [], [0, 0], 4),  # every process has its share
+        ([5, 1], 2, 1, 2, [(0, 2, 1)], [0, 0], 4),  # rank 0's surplus fills rank 1
+        ([3, 0], 2, 1, 1, [(0, 1, 1)], [0, 0], 2),  # too few for the target: an even share of what there is
         ([3, 0, 0], 4, 1, 1, [(0, 1, 1), (0, 2, 2)], [0, 0, 0], 3),
-        ([3, 2], 4, 2, 2, [], [0, 0], 4),                    # cut to a multiple of the unit: one group is surplus
-        ([1, 0], 2, 2, 2, [], [1, 2], 1),                    # none left after the cut: zero-variance groups fill
+        ([3, 2], 4, 2, 2, [], [0, 0], 4),  # cut to a multiple of the unit: one group is surplus
+        ([1, 0], 2, 2, 2, [], [1, 2], 1),  # none left after the cut: zero-variance groups fill
         ([0], 4, 1, 1, [], [1], 0),
     ],
 )
-def test_share_plan_gives_every_process_as_many_groups(counts, local_target, unit, share, moves, zero_variance,
-                                                       kept):
+def test_share_plan_gives_every_process_as_many_groups(counts, local_target, unit, share, moves, zero_variance, kept):
     plan = share_plan(counts, local_target, unit)
     assert (plan.share, plan.moves, plan.zero_variance, plan.kept) == (share, moves, zero_variance, kept)
     # Every process ends with `share` groups: its own informative ones, arrivals and zero-variance fill.
@@ -178,29 +200,58 @@ def test_invalid_config_values_raise(tmp_path, overrides, message):
 
 def test_config_defaults_are_the_dapo_recipes(tmp_path):
     # The recipe: gen_batch_size = 3 x train batch, max_num_gen_batches = 10, an error when the rounds run out.
-    config = DynamicSamplingConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, num_generations=G,
-                                   per_device_train_batch_size=4 * G)
+    config = DynamicSamplingConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, num_generations=G, per_device_train_batch_size=4 * G
+    )
     assert (config.prompts_per_round, config.max_sampling_rounds) == (3 * 4, 10)
     assert config.filter_metric is None and config.allow_short_batch is False
     # C-GRPO's drop_unanimous shares the rounds and the error, but not the over-sampling (see CGRPOConfig).
-    cgrpo = CGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=[2, 4],
-                        per_device_train_batch_size=8, drop_unanimous=True)
+    cgrpo = CGRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        budget_grid=[2, 4],
+        per_device_train_batch_size=8,
+        drop_unanimous=True,
+    )
     assert (cgrpo.prompts_per_round, cgrpo.max_sampling_rounds, cgrpo.allow_short_batch) == (2, 10, False)
     with pytest.raises(ValueError, match="max_sampling_rounds"):
-        CGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=[2, 4], drop_unanimous=True,
-                    max_sampling_rounds=0)
+        CGRPOConfig(
+            output_dir=str(tmp_path),
+            use_cpu=True,
+            bf16=False,
+            budget_grid=[2, 4],
+            drop_unanimous=True,
+            max_sampling_rounds=0,
+        )
     with pytest.raises(ValueError, match=r"prompts_per_round \(1\) must be at least"):
-        CGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=[2, 4],
-                    per_device_train_batch_size=8, drop_unanimous=True, prompts_per_round=1)
+        CGRPOConfig(
+            output_dir=str(tmp_path),
+            use_cpu=True,
+            bf16=False,
+            budget_grid=[2, 4],
+            per_device_train_batch_size=8,
+            drop_unanimous=True,
+            prompts_per_round=1,
+        )
 
 
 def test_invalid_trainer_arguments_raise(tiny_model_dir, tmp_path):
     with pytest.raises(TypeError, match="DynamicSamplingConfig"):
-        DynamicSamplingGRPOTrainer(model=tiny_model_dir, reward_funcs=RecordingReward(), train_dataset=_data(),
-                                   args=GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False))
+        DynamicSamplingGRPOTrainer(
+            model=tiny_model_dir,
+            reward_funcs=RecordingReward(),
+            train_dataset=_data(),
+            args=GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False),
+        )
     with pytest.raises(NotImplementedError, match="tools"):
-        DynamicSamplingGRPOTrainer(model=tiny_model_dir, reward_funcs=RecordingReward(), args=_config(tmp_path),
-                                   train_dataset=_data(), tools=[len])
+        DynamicSamplingGRPOTrainer(
+            model=tiny_model_dir,
+            reward_funcs=RecordingReward(),
+            args=_config(tmp_path),
+            train_dataset=_data(),
+            tools=[len],
+        )
     stream = _data().to_iterable_dataset()
     with pytest.raises(NotImplementedError, match="iterable dataset"):
         _trainer(tiny_model_dir, tmp_path, data=stream)
@@ -210,8 +261,10 @@ def test_invalid_trainer_arguments_raise(tiny_model_dir, tmp_path):
 
 @pytest.mark.parametrize(
     ("reward", "message"),
-    [(lambda completions, **kw: [1.0], "returned 1 rewards for 16 completions"),
-     (lambda completions, **kw: ["good"] * len(completions), "returned 'good', not a number")],
+    [
+        (lambda completions, **kw: [1.0], "returned 1 rewards for 16 completions"),
+        (lambda completions, **kw: ["good"] * len(completions), "returned 'good', not a number"),
+    ],
 )
 def test_a_reward_function_must_return_one_number_per_completion(tiny_model_dir, tmp_path, reward, message):
     with pytest.raises(ValueError, match=message):
@@ -270,8 +323,10 @@ def test_a_short_batch_trains_on_the_informative_groups_found(tiny_model_dir, tm
 def test_a_batch_still_short_after_the_last_round_is_an_error_naming_the_options(tiny_model_dir, tmp_path):
     reward = RecordingReward(informative=False)
     trainer = _trainer(tiny_model_dir, tmp_path, reward=reward, max_sampling_rounds=2, allow_short_batch=False)
-    with pytest.raises(RuntimeError, match="found 0 informative groups of the 4 the batch needs after 2 rounds.*"
-                                           "set allow_short_batch=True"):
+    with pytest.raises(
+        RuntimeError,
+        match="found 0 informative groups of the 4 the batch needs after 2 rounds.*set allow_short_batch=True",
+    ):
         _score(trainer, [1, 3, 5, 7])
     assert len(reward.calls) == 2
 
@@ -286,8 +341,9 @@ def test_filter_metric_lets_one_reward_function_decide_which_groups_are_informat
     combined = _trainer(tiny_model_dir, tmp_path / "combined", reward=rewards, max_sampling_rounds=1)
     _score(combined, [0, 2, 4, 1])
     assert combined.dynamic_totals["groups_kept"] == 4
-    parity = _trainer(tiny_model_dir, tmp_path / "parity", reward=rewards, max_sampling_rounds=1,
-                      filter_metric="parity")
+    parity = _trainer(
+        tiny_model_dir, tmp_path / "parity", reward=rewards, max_sampling_rounds=1, filter_metric="parity"
+    )
     output = _score(parity, [0, 2, 4, 1])
     assert parity.dynamic_totals["groups_kept"] == 1 and parity.dynamic_totals["groups_dropped"] == 3
     assert {int(p.split("+")[0]) for p in parity._logs["prompt"]} == {1}
@@ -295,8 +351,11 @@ def test_filter_metric_lets_one_reward_function_decide_which_groups_are_informat
 
 
 def test_an_unknown_filter_metric_is_an_error_listing_the_reward_functions(tiny_model_dir, tmp_path):
-    with pytest.raises(ValueError, match=r"filter_metric 'acc' names no reward function; set it to one of "
-                                         r"'parity', '_always_varying'"):
+    with pytest.raises(
+        ValueError,
+        match=r"filter_metric 'acc' names no reward function; set it to one of "
+        r"'parity', '_always_varying'",
+    ):
         _trainer(tiny_model_dir, tmp_path, reward=[RecordingReward(), _always_varying], filter_metric="acc")
     with pytest.raises(ValueError, match="filter_metric 'acc' names no reward function"):
         _cgrpo(tiny_model_dir, tmp_path, RecordingReward(), filter_metric="acc")
@@ -304,8 +363,14 @@ def test_an_unknown_filter_metric_is_an_error_listing_the_reward_functions(tiny_
 
 def test_kept_rows_split_evenly_into_micro_batches(tiny_model_dir, tmp_path):
     # Groups of 2 and 4 micro-batches per generation: kept groups come in pairs, so three informative ones keep two.
-    trainer = _trainer(tiny_model_dir, tmp_path, num_generations=2, per_device_train_batch_size=2,
-                       steps_per_generation=4, max_sampling_rounds=1)
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        num_generations=2,
+        per_device_train_batch_size=2,
+        steps_per_generation=4,
+        max_sampling_rounds=1,
+    )
     output = _score(trainer, [1, 3, 5, 0], width=2)
     assert output["completion_ids"].size(0) == 4
     assert trainer.dynamic_totals["groups_kept"] == 2 and trainer.dynamic_totals["groups_surplus"] == 1
@@ -348,8 +413,13 @@ def test_training_totals_add_up_to_the_logged_metrics(tiny_model_dir, tmp_path):
     logs = [entry for entry in trainer.state.log_history if "dynamic/rounds" in entry]
     totals = trainer.dynamic_totals
     assert len(logs) == 3
-    pairs = [("rounds", "rounds"), ("groups_dropped", "groups_dropped"), ("groups_sampled", "groups_sampled"),
-             ("informative_groups", "groups_kept"), ("rollouts_generated", "train_rollouts")]
+    pairs = [
+        ("rounds", "rounds"),
+        ("groups_dropped", "groups_dropped"),
+        ("groups_sampled", "groups_sampled"),
+        ("informative_groups", "groups_kept"),
+        ("rollouts_generated", "train_rollouts"),
+    ]
     for metric, total in pairs:
         assert sum(entry[f"dynamic/{metric}"] for entry in logs) == totals[total]
     groups = [i for call in reward.groups() for i in call]
@@ -375,8 +445,13 @@ def kept_and_trl_batches(request, tiny_model_dir, tmp_path_factory):
 
     Prompts 1 and 3 are informative, 0 and 2 are not; one round, so the kept batch holds two groups.
     """
-    trainer = _trainer(tiny_model_dir, tmp_path_factory.mktemp("loss"), beta=request.param, max_sampling_rounds=1,
-                       max_completion_length=8)
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path_factory.mktemp("loss"),
+        beta=request.param,
+        max_sampling_rounds=1,
+        max_completion_length=8,
+    )
     trainer.current_gradient_accumulation_steps = 1
     rounds = []
     generate_round = trainer._generate_round
@@ -437,8 +512,15 @@ def test_gradient_equals_trls_gradient_on_the_kept_groups_alone(kept_and_trl_bat
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_every_loss_type_trains(tiny_model_dir, tmp_path, loss_type):
     # Two steps per generation batch (old-policy log-probs are scored) and a KL term (reference log-probs).
-    trainer = _trainer(tiny_model_dir, tmp_path, loss_type=loss_type, per_device_train_batch_size=2 * G,
-                       steps_per_generation=2, beta=0.04, max_steps=2)
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        loss_type=loss_type,
+        per_device_train_batch_size=2 * G,
+        steps_per_generation=2,
+        beta=0.04,
+        max_steps=2,
+    )
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
@@ -450,15 +532,34 @@ def test_every_loss_type_trains(tiny_model_dir, tmp_path, loss_type):
 # ---------------------------------------------------------------------- C-GRPO with drop_unanimous
 def _cgrpo(model_dir, tmp_path, reward, **overrides) -> CGRPOTrainer:
     # Easy prompts (even indices) pass the verifier, so they stop at the first budget with agreeing rewards.
-    options = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=[2, 4, 8],
-                   per_device_train_batch_size=16, max_completion_length=6, max_steps=2, logging_steps=1,
-                   report_to=[], save_strategy="no", seed=0, score="first_success", recalibrate_every=0,
-                   min_generation_prompts=1, drop_unanimous=True, max_sampling_rounds=4)
+    options = dict(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        budget_grid=[2, 4, 8],
+        per_device_train_batch_size=16,
+        max_completion_length=6,
+        max_steps=2,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        seed=0,
+        score="first_success",
+        recalibrate_every=0,
+        min_generation_prompts=1,
+        drop_unanimous=True,
+        max_sampling_rounds=4,
+    )
     options.update(overrides)
     calibration = Dataset.from_dict({"prompt": [f"{i}*2=" for i in range(4)], "informative": [False] * 4})
-    return CGRPOTrainer(model=model_dir, reward_funcs=reward, args=CGRPOConfig(**options), train_dataset=_data(),
-                        calibration_dataset=calibration,
-                        verifier=lambda completions, informative, **kw: [not informative] * len(completions))
+    return CGRPOTrainer(
+        model=model_dir,
+        reward_funcs=reward,
+        args=CGRPOConfig(**options),
+        train_dataset=_data(),
+        calibration_dataset=calibration,
+        verifier=lambda completions, informative, **kw: [not informative] * len(completions),
+    )
 
 
 def test_cgrpo_drop_unanimous_drops_the_groups_stopped_at_unanimity_and_refills(tiny_model_dir, tmp_path):
@@ -530,16 +631,20 @@ def test_a_tiny_run_learns_to_start_with_a_digit(tiny_model_dir, tmp_path):
     digits = tokenizer.convert_tokens_to_ids(list("0123456789"))
 
     def p_digit(model) -> float:
-        held_out = tokenizer([f"{i}+{i}=" for i in range(64, 96)], return_tensors="pt", padding=True,
-                             padding_side="left")
+        held_out = tokenizer(
+            [f"{i}+{i}=" for i in range(64, 96)], return_tensors="pt", padding=True, padding_side="left"
+        )
         with torch.no_grad():
             logits = model(**held_out).logits[:, -1]
         return logits.softmax(-1)[:, digits].sum(-1).mean().item()
 
     data = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(64)]})
-    trainer = DynamicSamplingGRPOTrainer(model=tiny_model_dir, reward_funcs=digit_first, train_dataset=data,
-                                         args=_config(tmp_path, max_completion_length=2, max_steps=8,
-                                                      learning_rate=3e-2))
+    trainer = DynamicSamplingGRPOTrainer(
+        model=tiny_model_dir,
+        reward_funcs=digit_first,
+        train_dataset=data,
+        args=_config(tmp_path, max_completion_length=2, max_steps=8, learning_rate=3e-2),
+    )
     before = p_digit(trainer.model)
     trainer.train()
     after = p_digit(trainer.model)

@@ -17,10 +17,10 @@ GRID = [2, 4]
 GOLDS = ["1", "2", "3", "4"]
 # Four prompts with four sampled answers each (None = failed extraction).
 ANSWERS = [
-    ["1", "1", "1", "1"],      # always right
-    ["2", "5", "2", "2"],      # mostly right
-    ["9", "9", "3", None],     # right once, outvoted
-    [None, None, "7", "8"],    # never right
+    ["1", "1", "1", "1"],  # always right
+    ["2", "5", "2", "2"],  # mostly right
+    ["9", "9", "3", None],  # right once, outvoted
+    [None, None, "7", "8"],  # never right
 ]
 
 
@@ -36,8 +36,14 @@ def test_fixed_k_metrics_by_hand():
 
 
 def test_conformal_metrics_separate_fixed_k_and_post_selection_coverage():
-    settings = {"budget_grid": GRID, "deltas": [0.5], "delta_margin": 0.05, "split_delta": False,
-                "coverage_splits": 20, "statistics_seed": 0}
+    settings = {
+        "budget_grid": GRID,
+        "deltas": [0.5],
+        "delta_margin": 0.05,
+        "split_delta": False,
+        "coverage_splits": 20,
+        "statistics_seed": 0,
+    }
     calibration = [["1", "1", "1", "1"], ["2", "2", "2", "2"], ["3", "4", "3", "4"], ["5", "6", "7", "8"]]
     record = conformal_metrics(ANSWERS, GOLDS, calibration, ["1", "2", "3", "9"], settings, seed=0)
     modes = [entry["delta_mode"] for entry in record["conformal"]]
@@ -94,19 +100,38 @@ def _evaluate_same_prompts(spec, out_path, monkeypatch):
 def test_each_sampling_purpose_and_run_seed_has_its_own_stream(tiny_model_dir, tmp_path, monkeypatch):
     pool = get_task("arithmetic", num_examples=64, seed=0).load()
     make_splits(pool, tmp_path / "splits", sizes={"calibration": 4, "eval": 4}, seed=0)
-    settings = {"budget_grid": [2, 4], "score": "aps", "temperature": 1.0, "max_new_tokens": 4, "batch_size": 4,
-                "deltas": [0.5], "delta_margin": 0.05, "split_delta": False,
-                "coverage_splits": 20, "statistics_seed": 0}
-    spec = {"run": "base", "task": {"name": "arithmetic", "options": {}}, "model": tiny_model_dir,
-            "splits": str(tmp_path / "splits"), "evaluation": settings}
-    runs = [_evaluate_same_prompts({**spec, "seed": seed}, tmp_path / f"{i}.json", monkeypatch)
-            for i, seed in enumerate([0, 0, 1])]
+    settings = {
+        "budget_grid": [2, 4],
+        "score": "aps",
+        "temperature": 1.0,
+        "max_new_tokens": 4,
+        "batch_size": 4,
+        "deltas": [0.5],
+        "delta_margin": 0.05,
+        "split_delta": False,
+        "coverage_splits": 20,
+        "statistics_seed": 0,
+    }
+    spec = {
+        "run": "base",
+        "task": {"name": "arithmetic", "options": {}},
+        "model": tiny_model_dir,
+        "splits": str(tmp_path / "splits"),
+        "evaluation": settings,
+    }
+    runs = [
+        _evaluate_same_prompts({**spec, "seed": seed}, tmp_path / f"{i}.json", monkeypatch)
+        for i, seed in enumerate([0, 0, 1])
+    ]
     (first, record), (again, record_again), (other_seed, _) = runs
     # Same spec, same samples and metrics.
     assert again == first and record_again == record
     # The per-prompt outcomes behind the intervals average to the record's accuracies.
-    for column, key in [("eval_greedy_acc", "eval_greedy_acc"), ("eval_maj_acc", "eval_maj_acc"),
-                        ("eval_mean_at_k", "mean_at_k")]:
+    for column, key in [
+        ("eval_greedy_acc", "eval_greedy_acc"),
+        ("eval_maj_acc", "eval_maj_acc"),
+        ("eval_mean_at_k", "mean_at_k"),
+    ]:
         assert len(record["per_prompt"][column]) == 4
         assert sum(record["per_prompt"][column]) / 4 == pytest.approx(record[key])
     # Calls are greedy, eval, calibration: the same prompts must get independent samples for eval and calibration.

@@ -72,8 +72,13 @@ def cpu_overrides(model_dir: Path, data_dir: Path) -> dict:
         "splits": {"sizes": {"calibration": NUM_CALIBRATION}},
         # Steps scaled like max_steps (500 -> 2): a refit after the first step, as every 50 of 500. With one step per
         # generation batch, every method's, each step starts a generation batch, where a refit can start.
-        "training": {"max_steps": 2, "max_completion_length": 16, "use_cpu": True, "bf16": True,
-                     "steps_per_generation": 1},
+        "training": {
+            "max_steps": 2,
+            "max_completion_length": 16,
+            "use_cpu": True,
+            "bf16": True,
+            "steps_per_generation": 1,
+        },
         # 10 of 12 calibration examples (200 of 500 configured): 1/(n + 1) <= 0.1, the fixed delta, needs n >= 9.
         "cgrpo": {"recalibrate_every": [1], "options": {"num_calibration_samples": 10}},
         "evaluation": {"max_new_tokens": 16},
@@ -111,10 +116,14 @@ def gsm8k_rows(count: int, offset: int) -> list[dict[str, str]]:
         else:
             first, second, factor = 3 + index, 2 + (index * 7) % 11, 2 + index % 3
             total, final = first + second, (first + second) * factor
-            question = (f"{name} had {first} {item} and got {second} more. Then {name} got {factor} times as many "
-                        f"{item} as that in all. How many {item} does {name} have now?")
-            answer = (f"{name} had {first}+{second}=<<{first}+{second}={total}>>{total} {item}.\n"
-                      f"In all {total}*{factor}=<<{total}*{factor}={final}>>{final} {item}.\n#### {final}")
+            question = (
+                f"{name} had {first} {item} and got {second} more. Then {name} got {factor} times as many "
+                f"{item} as that in all. How many {item} does {name} have now?"
+            )
+            answer = (
+                f"{name} had {first}+{second}=<<{first}+{second}={total}>>{total} {item}.\n"
+                f"In all {total}*{factor}=<<{total}*{factor}={final}>>{final} {item}.\n#### {final}"
+            )
         rows.append({"question": question, "answer": answer})
     return rows
 
@@ -147,26 +156,49 @@ def build_qwen_like_model(model_dir: Path, rows: list[dict[str, str]], seed: int
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
     )
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=[ENDOFTEXT, IM_START, IM_END],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=1000,
+        special_tokens=[ENDOFTEXT, IM_START, IM_END],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     texts = [row[key] for row in rows for key in ("question", "answer")]
     scaffolding = [DEFAULT_SYSTEM, "system", "user", "assistant", "End with '#### <answer>'."]
     bpe.train_from_iterator(texts + scaffolding, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=IM_END, pad_token=ENDOFTEXT,
-                                        additional_special_tokens=[IM_START, IM_END], model_max_length=1024,
-                                        clean_up_tokenization_spaces=False)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token=IM_END,
+        pad_token=ENDOFTEXT,
+        additional_special_tokens=[IM_START, IM_END],
+        model_max_length=1024,
+        clean_up_tokenization_spaces=False,
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     eos, pad = tokenizer.convert_tokens_to_ids(IM_END), tokenizer.convert_tokens_to_ids(ENDOFTEXT)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
-        bos_token_id=pad, eos_token_id=eos, pad_token_id=pad,
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=pad,
+        eos_token_id=eos,
+        pad_token_id=pad,
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     model.generation_config = GenerationConfig(
-        bos_token_id=pad, eos_token_id=[eos, pad], pad_token_id=pad, do_sample=True, temperature=0.7, top_k=20,
-        top_p=0.8, repetition_penalty=1.05,
+        bos_token_id=pad,
+        eos_token_id=[eos, pad],
+        pad_token_id=pad,
+        do_sample=True,
+        temperature=0.7,
+        top_k=20,
+        top_p=0.8,
+        repetition_penalty=1.05,
     )
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
@@ -190,8 +222,10 @@ def warm_start(model, tokenizer, questions: list[str], steps: int = WARM_START_S
 
     answer_format = yaml.safe_load(GPU_CONFIG.read_text())["task"]["options"]["answer_format"]
     task = get_task("gsm8k", answer_format=answer_format, chat=True)
-    prompts = [tokenizer.apply_chat_template(task.format_prompt(question), tokenize=False, add_generation_prompt=True)
-               for question in questions]
+    prompts = [
+        tokenizer.apply_chat_template(task.format_prompt(question), tokenize=False, add_generation_prompt=True)
+        for question in questions
+    ]
     habit = tokenizer(format_answer("12", answer_format), add_special_tokens=False).input_ids
     answer = [*habit, tokenizer.eos_token_id]
     sequences = [tokenizer(prompt, add_special_tokens=False).input_ids + answer for prompt in prompts]
@@ -256,10 +290,22 @@ def run_rehearsal(tmp_path: Path, profile: str | Path | None = None) -> Rehearsa
     overrides_file.write_text(yaml.safe_dump(overrides))
     workdir = tmp_path / "work"
     workdir.mkdir()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-           "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets-cache")}
-    result = subprocess.run(snakemake_command(workdir, [GPU_CONFIG, overrides_file], profile), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env, timeout=REHEARSAL_TIMEOUT_S, check=False)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets-cache"),
+    }
+    result = subprocess.run(
+        snakemake_command(workdir, [GPU_CONFIG, overrides_file], profile),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        timeout=REHEARSAL_TIMEOUT_S,
+        check=False,
+    )
     config = rehearsal_config(overrides)
     return Rehearsal(result, workdir / "results" / config["experiment"], config, model_dir)
 
@@ -269,8 +315,13 @@ def expected_runs(config: dict, results: Path) -> set[str]:
     from cgrpo.pipeline.methods import cgrpo_run_name, grpo_run_name
 
     cgrpo, seeds = config["cgrpo"], config["seeds"]
-    runs = {cgrpo_run_name(seed, grid, delta, recal) for seed in seeds for grid in cgrpo["budget_grids"]
-            for delta in cgrpo["deltas"] for recal in cgrpo["recalibrate_every"]}
+    runs = {
+        cgrpo_run_name(seed, grid, delta, recal)
+        for seed in seeds
+        for grid in cgrpo["budget_grids"]
+        for delta in cgrpo["deltas"]
+        for recal in cgrpo["recalibrate_every"]
+    }
     runs |= {grpo_run_name(seed, size) for seed in seeds for size in config["grpo"]["num_generations"]}
     matched = {json.loads(path.read_text())["num_generations"] for path in (results / "matched").glob("*.json")}
     assert len(matched) >= 1, "match_compute wrote no record"
@@ -299,7 +350,8 @@ def check_rehearsal(rehearsal: Rehearsal) -> None:
         adapter = json.loads((model / "adapter_config.json").read_text())
         assert adapter["peft_type"] == "LORA", run
         assert {key: adapter[key] for key in config["peft"] if key != "target_modules"} == {
-            key: value for key, value in config["peft"].items() if key != "target_modules"}, run
+            key: value for key, value in config["peft"].items() if key != "target_modules"
+        }, run
         assert set(adapter["target_modules"]) == set(config["peft"]["target_modules"]), run
         assert adapter["base_model_name_or_path"] == str(rehearsal.model_dir), run
         assert not (model / "model.safetensors").exists(), f"{run} saved full weights, not an adapter"
@@ -324,13 +376,19 @@ def check_rehearsal(rehearsal: Rehearsal) -> None:
     task = get_task(config["task"]["name"], **config["task"]["options"])
     questions = load_split(results / "splits", "train")["question"]
     tokenizer = AutoTokenizer.from_pretrained(results / "runs" / records[0]["run"] / "model")
-    example = tokenizer.apply_chat_template(task.format_prompt(questions[0]), tokenize=False,
-                                            add_generation_prompt=True)
+    example = tokenizer.apply_chat_template(
+        task.format_prompt(questions[0]), tokenize=False, add_generation_prompt=True
+    )
     assert example.startswith(f"{IM_START}system\n{DEFAULT_SYSTEM}{IM_END}\n{IM_START}user\n{questions[0]}\n")
     assert example.endswith(f"End with '#### <answer>'.{IM_END}\n{IM_START}assistant\n")
-    rendered = [len(tokenizer.apply_chat_template(task.format_prompt(question), add_generation_prompt=True,
-                                                  tokenize=True, return_dict=True)["input_ids"])
-                for question in questions]
+    rendered = [
+        len(
+            tokenizer.apply_chat_template(
+                task.format_prompt(question), add_generation_prompt=True, tokenize=True, return_dict=True
+            )["input_ids"]
+        )
+        for question in questions
+    ]
     plain = [len(tokenizer(task.format_prompt(question)[0]["content"]).input_ids) for question in questions]
     for record in records:
         if record["method"] != "grpo":

@@ -24,17 +24,37 @@ def _verifier(completions, index, **kwargs):
 
 
 def _trainer(model_dir, tmp_path, calibration_size: int = 8, **overrides) -> CGRPOTrainer:
-    options = {"output_dir": str(tmp_path), "use_cpu": True, "bf16": False, "budget_grid": GRID,
-               "per_device_train_batch_size": 16, "max_completion_length": 4, "max_steps": 1, "logging_steps": 1,
-               "report_to": [], "save_strategy": "no", "seed": 0, "score": "first_success", "recalibrate_every": 0,
-               "min_generation_prompts": 1, "conformal_delta": 0.2, "num_calibration_samples": 4,
-               "calibration_holdout": 4}
-    calibration = Dataset.from_dict({"prompt": [f"{i}*2=" for i in range(calibration_size)],
-                                     "index": list(range(calibration_size))})
+    options = {
+        "output_dir": str(tmp_path),
+        "use_cpu": True,
+        "bf16": False,
+        "budget_grid": GRID,
+        "per_device_train_batch_size": 16,
+        "max_completion_length": 4,
+        "max_steps": 1,
+        "logging_steps": 1,
+        "report_to": [],
+        "save_strategy": "no",
+        "seed": 0,
+        "score": "first_success",
+        "recalibrate_every": 0,
+        "min_generation_prompts": 1,
+        "conformal_delta": 0.2,
+        "num_calibration_samples": 4,
+        "calibration_holdout": 4,
+    }
+    calibration = Dataset.from_dict(
+        {"prompt": [f"{i}*2=" for i in range(calibration_size)], "index": list(range(calibration_size))}
+    )
     train = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(8)], "index": [1] * 8})
-    return CGRPOTrainer(model=model_dir, reward_funcs=lambda completions, **kw: [float(len(c) % 2) for c in completions],
-                        args=CGRPOConfig(**{**options, **overrides}), train_dataset=train,
-                        calibration_dataset=calibration, verifier=_verifier)
+    return CGRPOTrainer(
+        model=model_dir,
+        reward_funcs=lambda completions, **kw: [float(len(c) % 2) for c in completions],
+        args=CGRPOConfig(**{**options, **overrides}),
+        train_dataset=train,
+        calibration_dataset=calibration,
+        verifier=_verifier,
+    )
 
 
 def test_each_calibration_records_its_thresholds_coverage_on_the_held_out_prompts(tiny_model_dir, tmp_path):
@@ -68,8 +88,11 @@ def test_holdout_coverage_checks_given_thresholds_as_the_pipeline_calls_it(tiny_
 
 
 def test_holdout_needs_enough_examples_and_is_off_by_default(tiny_model_dir, tmp_path):
-    with pytest.raises(ValueError, match=r"plus calibration_holdout \(4\) need more examples than the calibration set "
-                                         r"holds \(6\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"plus calibration_holdout \(4\) need more examples than the calibration set "
+        r"holds \(6\)",
+    ):
         _trainer(tiny_model_dir, tmp_path, calibration_size=6)
     # Without num_calibration_samples, the calibration uses every example before the held-out ones.
     trainer = _trainer(tiny_model_dir, tmp_path, num_calibration_samples=None, calibration_holdout=3)

@@ -67,8 +67,9 @@ def test_all_problems_load_and_most_tests_are_tamper_proof(rows):
 
 def test_canonical_solutions_pass_and_broken_ones_fail(rows, verifier):
     canonical = verifier.run_jobs([(row["answer"], row["tests"], "") for row in rows])
-    failures = [(row["task_id"], result.status, result.detail) for row, result in zip(rows, canonical)
-                if not result.passed]
+    failures = [
+        (row["task_id"], result.status, result.detail) for row, result in zip(rows, canonical) if not result.passed
+    ]
     assert failures == []
     broken = [(row["answer"] + BREAK.format(name=row["entry_point"]), row["tests"], "") for row in rows]
     passing = [row["task_id"] for row, result in zip(rows, verifier.run_jobs(broken)) if result.passed]

@@ -6,9 +6,8 @@ import math
 
 import pytest
 import torch
-from trl import GRPOTrainer
-
 from test_trainer import _score_batch, _trainer
+from trl import GRPOTrainer
 
 LOSS_TYPES = ["grpo", "dapo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"]
 PER_ROW_LOSSES = {"grpo", "sapo", "luspo", "dr_grpo"}
@@ -51,13 +50,21 @@ def _fillers_only(batch: dict) -> dict:
     """A micro-batch as wide as `batch` made only of masked filler rows."""
     empty = _with_fillers(batch, fillers=batch["advantages"].size(0))
     half = batch["advantages"].size(0)
-    return {k: v[half:] if torch.is_tensor(v) and v.dim() > 0 and v.size(0) == 2 * half else v for k, v in empty.items()}
+    return {
+        k: v[half:] if torch.is_tensor(v) and v.dim() > 0 and v.size(0) == 2 * half else v for k, v in empty.items()
+    }
 
 
 @pytest.fixture(scope="module", params=[0.0, 0.04], ids=["beta0", "beta0.04"])
 def scored(request, tiny_model_dir, tmp_path_factory):
-    trainer = _trainer(tiny_model_dir, tmp_path_factory.mktemp("loss"), extractor=lambda text: "1",
-                       per_device_train_batch_size=24, beta=request.param, max_completion_length=8)
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path_factory.mktemp("loss"),
+        extractor=lambda text: "1",
+        per_device_train_batch_size=24,
+        beta=request.param,
+        max_completion_length=8,
+    )
     trainer.current_gradient_accumulation_steps = 1
     batch = _score_batch(trainer, prompts=3)
     assert batch["advantages"].abs().sum() > 0  # a batch without signal would make every gradient equal
@@ -147,8 +154,14 @@ def test_unused_completion_columns_are_cut_and_leave_the_gradient_unchanged(scor
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
 def test_row_normalised_losses_train_with_filler_rows(tiny_model_dir, tmp_path, loss_type):
-    trainer = _trainer(tiny_model_dir, tmp_path, loss_type=loss_type, per_device_train_batch_size=6,
-                       steps_per_generation=4, max_steps=4)
+    trainer = _trainer(
+        tiny_model_dir,
+        tmp_path,
+        loss_type=loss_type,
+        per_device_train_batch_size=6,
+        steps_per_generation=4,
+        max_steps=4,
+    )
     trainer.train()
     assert all(math.isfinite(entry.get("loss", 0.0)) for entry in trainer.state.log_history)
 
@@ -196,8 +209,9 @@ def _vllm_trainer(model_dir, tmp_path, **overrides):
 
 
 def test_vllm_requests_one_call_per_increment_with_grouped_rows(tiny_model_dir, tmp_path):
-    trainer = _vllm_trainer(tiny_model_dir, tmp_path, extractor=lambda text: None, num_calibration_samples=2,
-                            calibration_batch_size=2)
+    trainer = _vllm_trainer(
+        tiny_model_dir, tmp_path, extractor=lambda text: None, num_calibration_samples=2, calibration_batch_size=2
+    )
     _score_batch(trainer, prompts=2)
     # Calibration asks for 8 samples of 2 prompts; then increments of 2, 2 and 4 samples for both prompts.
     assert trainer.vllm_generation.requests == [(16, 8), (4, 2), (4, 2), (8, 4)]
@@ -205,8 +219,9 @@ def test_vllm_requests_one_call_per_increment_with_grouped_rows(tiny_model_dir, 
 
 def test_vllm_padded_rows_get_unit_importance_ratio(tiny_model_dir, tmp_path):
     # Three prompts stop at k=2; steps_per_generation=4 keeps two padded rows as masked fillers.
-    trainer = _vllm_trainer(tiny_model_dir, tmp_path, extractor=lambda text: "1", per_device_train_batch_size=6,
-                            steps_per_generation=4)
+    trainer = _vllm_trainer(
+        tiny_model_dir, tmp_path, extractor=lambda text: "1", per_device_train_batch_size=6, steps_per_generation=4
+    )
     batch = _score_batch(trainer, prompts=3)
     ratio = batch["importance_sampling_ratio"]
     assert ratio.size(0) == 8
@@ -238,7 +253,6 @@ def test_reward_functions_see_real_rows_only(tiny_model_dir, tmp_path):
     _score_batch(trainer, prompts=2)
     assert seen == [(4, 4, 4)]
     assert list(trainer._logs["extra"]["length"]) == [3, 3, 3, 3]
-
 
 
 def test_wrapped_reward_functions_keep_their_names(tiny_model_dir, tmp_path):

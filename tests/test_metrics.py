@@ -9,8 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from cgrpo import calibration
-from cgrpo import costs
+from cgrpo import calibration, costs
 from cgrpo.pipeline import accuracy, coverage, matching, statistics
 
 # --------------------------------------------------------------------------- #
@@ -304,12 +303,12 @@ def test_clopper_pearson_closed_forms_and_containment():
     c0 = coverage.coverage_at_k([1.0] * 4, 0.5, 0.1, 50)
     assert c0["coverage"] == 0.0
     assert c0["ci_low"] == 0.0
-    assert c0["ci_high"] == pytest.approx(1 - 0.025 ** 0.25)
+    assert c0["ci_high"] == pytest.approx(1 - 0.025**0.25)
     # 4 of 4 covered: [0.025**(1/4), 1] = [0.39764..., 1].
     c4 = coverage.coverage_at_k([0.0] * 4, 0.5, 0.1, 50)
-    assert c4["ci_low"] == pytest.approx(0.025 ** 0.25)
+    assert c4["ci_low"] == pytest.approx(0.025**0.25)
     assert c4["ci_high"] == 1.0
-    for n_cov in range(0, 11):
+    for n_cov in range(11):
         c = coverage.coverage_at_k([0.0] * n_cov + [1.0] * (10 - n_cov), 0.5, 0.1, 50)
         assert c["ci_low"] <= c["coverage"] <= c["ci_high"]
 

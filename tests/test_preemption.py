@@ -27,9 +27,25 @@ TIMEOUT_S = 600
 
 
 def _command(workdir: Path, config: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "snakemake", "--workflow-profile", "none", "--snakefile", str(REPO / "Snakefile"),
-            "--directory", str(workdir), "--cores", "1", "--configfile", str(REPO / "config" / "smoke.yaml"),
-            str(config), "--rerun-incomplete", f"results/smoke/runs/{RUN}/run.json", *args]
+    return [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--workflow-profile",
+        "none",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--cores",
+        "1",
+        "--configfile",
+        str(REPO / "config" / "smoke.yaml"),
+        str(config),
+        "--rerun-incomplete",
+        f"results/smoke/runs/{RUN}/run.json",
+        *args,
+    ]
 
 
 def _env() -> dict[str, str]:
@@ -72,14 +88,17 @@ def test_killed_training_job_resumes_from_its_checkpoint(tmp_path):
     run_dir = tmp_path / "results" / "smoke" / "runs" / RUN
     checkpoint = run_dir / "checkpoints" / f"checkpoint-{KILL_AFTER}"
 
-    first = subprocess.Popen(_command(tmp_path, config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=_env())
+    first = subprocess.Popen(
+        _command(tmp_path, config), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env()
+    )
     _kill_training_job_when(first, checkpoint / "run_totals.json")
     output, _ = first.communicate(timeout=TIMEOUT_S)
     assert first.returncode != 0, output
     # Nothing a later rule would take for a result: no run.json, and Snakemake removed the job's outputs.
     assert not (run_dir / "run.json").exists() and not (run_dir / "model").exists()
-    latest = max(int(path.parent.name.split("-")[1]) for path in run_dir.glob("checkpoints/checkpoint-*/run_totals.json"))
+    latest = max(
+        int(path.parent.name.split("-")[1]) for path in run_dir.glob("checkpoints/checkpoint-*/run_totals.json")
+    )
     assert KILL_AFTER <= latest < STEPS
 
     rerun = subprocess.run(_command(tmp_path, config), capture_output=True, text=True, env=_env(), timeout=TIMEOUT_S)
@@ -90,8 +109,13 @@ def test_killed_training_job_resumes_from_its_checkpoint(tmp_path):
     resumed, resumed_steps = _finished(run_dir)
     assert resumed_steps["step"].tolist() == list(range(1, STEPS + 1))
 
-    again = subprocess.run(_command(tmp_path, config, "--forcerun", "train_cgrpo"), capture_output=True, text=True,
-                           env=_env(), timeout=TIMEOUT_S)
+    again = subprocess.run(
+        _command(tmp_path, config, "--forcerun", "train_cgrpo"),
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=TIMEOUT_S,
+    )
     assert again.returncode == 0, again.stdout + again.stderr
     assert "resumes from" not in (tmp_path / "results" / "smoke" / "logs" / "train" / f"{RUN}.log").read_text()
     uninterrupted, uninterrupted_steps = _finished(run_dir)

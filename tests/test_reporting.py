@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from cgrpo.pipeline import comparison, plots, reporting
+from cgrpo.pipeline.comparison import Resampling
 from cgrpo.pipeline.matching import match_group_size
 from cgrpo.pipeline.methods import setting_label
-from cgrpo.pipeline.comparison import Resampling
 
 SEEDS = [0, 1, 2]
 GRID = [2, 4, 8, 16, 32]
@@ -34,25 +34,48 @@ def _run_record(method: str, seed: int, key: str, *, g: int | None = None, match
     name = f"cgrpo_s{seed}_g2-4-8-16-32_dauto_r10" if cgrpo else f"grpo_s{seed}_G{g}" + ("_matched" if matched else "")
     width = 32 if cgrpo else g
     return {
-        "run": name, "method": method, "seed": seed, "num_generations": width,
-        "budget_grid": "2-4-8-16-32" if cgrpo else None, "delta": "auto" if cgrpo else None,
-        "recalibrate_every": 10 if cgrpo else None, "compute_matched": matched, "steps": STEPS, "groups": groups,
-        "train_rollouts_generated": train, "train_tokens_generated": 20 * train,
-        "calibration_rollouts_generated": calibration, "calibration_tokens_generated": 20 * calibration,
-        "train_mean_k": train / groups, "train_rollout_savings": 1 - train / (groups * width),
+        "run": name,
+        "method": method,
+        "seed": seed,
+        "num_generations": width,
+        "budget_grid": "2-4-8-16-32" if cgrpo else None,
+        "delta": "auto" if cgrpo else None,
+        "recalibrate_every": 10 if cgrpo else None,
+        "compute_matched": matched,
+        "steps": STEPS,
+        "groups": groups,
+        "train_rollouts_generated": train,
+        "train_tokens_generated": 20 * train,
+        "calibration_rollouts_generated": calibration,
+        "calibration_tokens_generated": 20 * calibration,
+        "train_mean_k": train / groups,
+        "train_rollout_savings": 1 - train / (groups * width),
         "train_rollout_savings_with_calibration": 1 - (train + calibration) / (groups * width),
-        "rollouts_per_prompt": rollouts_per_prompt, "train_wall_s": 100.0 + 3 * rollouts_per_prompt + seed,
-        "generation_wall_s": 2.0 * rollouts_per_prompt, "update_wall_s": 50.0,
+        "rollouts_per_prompt": rollouts_per_prompt,
+        "train_wall_s": 100.0 + 3 * rollouts_per_prompt + seed,
+        "generation_wall_s": 2.0 * rollouts_per_prompt,
+        "update_wall_s": 50.0,
         "calibration_wall_s": 8.0 if cgrpo else 0.0,
         "total_wall_s": 100.0 + 3 * rollouts_per_prompt + seed + (4.0 if cgrpo else 0.0),
-        "train_cpu_s": 90.0 + 2 * rollouts_per_prompt, "total_cpu_s": 90.0 + 2 * rollouts_per_prompt + (3.0 if cgrpo else 0.0),
-        "reference_budget": 32, "steps_per_generation": 8 if cgrpo else 1,
+        "train_cpu_s": 90.0 + 2 * rollouts_per_prompt,
+        "total_cpu_s": 90.0 + 2 * rollouts_per_prompt + (3.0 if cgrpo else 0.0),
+        "reference_budget": 32,
+        "steps_per_generation": 8 if cgrpo else 1,
         "train_budget_histogram": {"2": 150, "8": 50, "32": 100} if cgrpo else {str(width): groups},
         "calibrations": [
-            {"step": step, "delta": 0.3 - 0.01 * step, "qhat": {str(k): 1.0 - 0.02 * step - k / 64 for k in GRID},
-             "solve_rate": 0.6 + 0.01 * step, "rollouts": 320, "tokens": 6400, "wall_s": 4.0}
+            {
+                "step": step,
+                "delta": 0.3 - 0.01 * step,
+                "qhat": {str(k): 1.0 - 0.02 * step - k / 64 for k in GRID},
+                "solve_rate": 0.6 + 0.01 * step,
+                "rollouts": 320,
+                "tokens": 6400,
+                "wall_s": 4.0,
+            }
             for step in (0, 5, 10)
-        ] if cgrpo else [],
+        ]
+        if cgrpo
+        else [],
     }
 
 
@@ -74,27 +97,67 @@ def _eval_record(run: str, accuracy: float) -> dict:
     for mode, delta in (("auto", 0.27), (0.1, 0.1), (0.2, 0.2)):
         for k in GRID:
             value = min(1.0, 1 - delta + 0.02 * math.log2(k) - 0.03)
-            coverage.append({
-                "delta_mode": mode, "k": k, "coverage": value, "n_covered": int(200 * value), "n_eval": 200,
-                "nominal": 1 - delta, "band_low": 1 - delta, "band_high": 1 - delta + 1 / 129, "band_valid": True,
-                "ci_low": max(0.0, value - 0.06), "ci_high": min(1.0, value + 0.05),
-            })
+            coverage.append(
+                {
+                    "delta_mode": mode,
+                    "k": k,
+                    "coverage": value,
+                    "n_covered": int(200 * value),
+                    "n_eval": 200,
+                    "nominal": 1 - delta,
+                    "band_low": 1 - delta,
+                    "band_high": 1 - delta + 1 / 129,
+                    "band_valid": True,
+                    "ci_low": max(0.0, value - 0.06),
+                    "ci_high": min(1.0, value + 0.05),
+                }
+            )
     conformal = [
-        {"delta_mode": mode, "delta": delta, "n_calibration": 128, "qhat": {str(k): 0.5 for k in GRID},
-         "accuracy": accuracy + 0.05, "mean_k": 9.5, "histogram": {"2": 50, "4": 40, "8": 30, "16": 40, "32": 40},
-         "coverage_post_selection": 0.8}
+        {
+            "delta_mode": mode,
+            "delta": delta,
+            "n_calibration": 128,
+            "qhat": {str(k): 0.5 for k in GRID},
+            "accuracy": accuracy + 0.05,
+            "mean_k": 9.5,
+            "histogram": {"2": 50, "4": 40, "8": 30, "16": 40, "32": 40},
+            "coverage_post_selection": 0.8,
+        }
         for mode, delta in (("auto", 0.27), (0.1, 0.1))
     ]
-    splits = [{"delta_mode": mode, "delta": delta, "k": k, "n_calibration": 128, "repeats": 200, "mean": 1 - delta,
-               "q05": 1 - delta - 0.05, "q95": 1 - delta + 0.05, "theory_mean": 1 - delta, "theory_q05": 1 - delta - 0.06,
-               "theory_q95": 1 - delta + 0.06, "within_theory_90": 0.93}
-              for mode, delta in (("auto", 0.27), (0.1, 0.1)) for k in GRID]
+    splits = [
+        {
+            "delta_mode": mode,
+            "delta": delta,
+            "k": k,
+            "n_calibration": 128,
+            "repeats": 200,
+            "mean": 1 - delta,
+            "q05": 1 - delta - 0.05,
+            "q95": 1 - delta + 0.05,
+            "theory_mean": 1 - delta,
+            "theory_q05": 1 - delta - 0.06,
+            "theory_q95": 1 - delta + 0.06,
+            "within_theory_90": 0.93,
+        }
+        for mode, delta in (("auto", 0.27), (0.1, 0.1))
+        for k in GRID
+    ]
     return {
-        "run": run, "eval_greedy_acc": accuracy, "eval_maj_acc": accuracy + 0.1,
-        "maj_at_k": {str(k): accuracy for k in GRID}, "pass_at_k": {str(k): accuracy for k in GRID},
-        "mean_at_k": accuracy - 0.05, "conformal": conformal, "coverage": coverage, "coverage_splits": splits,
-        "per_prompt": {"eval_greedy_acc": _flags(accuracy), "eval_maj_acc": _flags(accuracy + 0.1),
-                       "eval_mean_at_k": _flags(accuracy - 0.05)},
+        "run": run,
+        "eval_greedy_acc": accuracy,
+        "eval_maj_acc": accuracy + 0.1,
+        "maj_at_k": {str(k): accuracy for k in GRID},
+        "pass_at_k": {str(k): accuracy for k in GRID},
+        "mean_at_k": accuracy - 0.05,
+        "conformal": conformal,
+        "coverage": coverage,
+        "coverage_splits": splits,
+        "per_prompt": {
+            "eval_greedy_acc": _flags(accuracy),
+            "eval_maj_acc": _flags(accuracy + 0.1),
+            "eval_mean_at_k": _flags(accuracy - 0.05),
+        },
         "eval_wall_s": 30.0,
     }
 
@@ -117,7 +180,9 @@ def write_experiment(root) -> dict[str, list[str]]:
         (_run_record(method, seed, key, g=g, matched=matched), key)
         for seed in SEEDS
         for method, key, g, matched in [
-            ("cgrpo", "cgrpo", None, False), ("grpo", "G32", 32, False), ("grpo", "G4", 4, False),
+            ("cgrpo", "cgrpo", None, False),
+            ("grpo", "G32", 32, False),
+            ("grpo", "G4", 4, False),
             ("grpo", "G12", 12, True),
         ]
     ]
@@ -154,11 +219,29 @@ def test_summary_has_one_row_per_evaluated_model(tables):
     summary = tables["summary"]
     assert len(summary) == 1 + 4 * len(SEEDS)
     required = {
-        "run", "method", "seed", "num_generations", "budget_grid", "delta", "recalibrate_every", "compute_matched",
-        "eval_greedy_acc", "eval_maj_acc", "train_mean_k", "train_rollout_savings",
-        "train_rollout_savings_with_calibration", "train_rollouts_generated", "calibration_rollouts_generated",
-        "rollouts_per_prompt", "train_tokens_generated", "calibration_tokens_generated", "train_wall_s",
-        "generation_wall_s", "update_wall_s", "calibration_wall_s", "eval_wall_s",
+        "run",
+        "method",
+        "seed",
+        "num_generations",
+        "budget_grid",
+        "delta",
+        "recalibrate_every",
+        "compute_matched",
+        "eval_greedy_acc",
+        "eval_maj_acc",
+        "train_mean_k",
+        "train_rollout_savings",
+        "train_rollout_savings_with_calibration",
+        "train_rollouts_generated",
+        "calibration_rollouts_generated",
+        "rollouts_per_prompt",
+        "train_tokens_generated",
+        "calibration_tokens_generated",
+        "train_wall_s",
+        "generation_wall_s",
+        "update_wall_s",
+        "calibration_wall_s",
+        "eval_wall_s",
     }
     assert required <= set(summary.columns)
     assert summary["method"].tolist()[0] == "base"
@@ -168,8 +251,9 @@ def test_summary_has_one_row_per_evaluated_model(tables):
     cgrpo = summary[summary["method"] == "cgrpo"]
     assert (cgrpo["num_generations"] == 32).all() and (cgrpo["delta"] == "auto").all()
     assert (cgrpo["setting"] == CGRPO_SETTING).all()
-    assert (cgrpo["total_rollouts_generated"]
-            == cgrpo["train_rollouts_generated"] + cgrpo["calibration_rollouts_generated"]).all()
+    assert (
+        cgrpo["total_rollouts_generated"] == cgrpo["train_rollouts_generated"] + cgrpo["calibration_rollouts_generated"]
+    ).all()
     matched = summary[summary["compute_matched"] == True]  # noqa: E712  (object column of bools and None)
     assert set(matched["setting"]) == {"G=12 (compute-matched)"}
 
@@ -184,7 +268,8 @@ def test_time_savings_are_against_the_same_seeds_grpo_at_the_reference_budget(ta
         cpu_reference = summary.loc[f"grpo_s{seed}_G32", "total_cpu_s"]
         assert cgrpo["cpu_time_savings"] == pytest.approx(1 - cgrpo["total_cpu_s"] / cpu_reference)
         assert summary.loc[f"grpo_s{seed}_G4", "time_savings"] == pytest.approx(
-            1 - summary.loc[f"grpo_s{seed}_G4", "total_wall_s"] / reference)
+            1 - summary.loc[f"grpo_s{seed}_G4", "total_wall_s"] / reference
+        )
         assert summary.loc[f"grpo_s{seed}_G32", "time_savings"] == 0
         assert cgrpo["train_budget_histogram"] == "2:150, 8:50, 32:100"
         assert cgrpo["train_intermediate_share"] == pytest.approx(50 / 300)
@@ -215,7 +300,10 @@ def test_summary_refuses_duplicate_runs():
 def test_by_method_means_and_intervals_over_seeds_and_prompts(tables):
     by_method = tables["by_method"]
     assert list(by_method[["method", "setting"]].itertuples(index=False, name=None)) == [
-        ("base", "base model"), ("cgrpo", CGRPO_SETTING), ("grpo", "G=12 (compute-matched)"), ("grpo", "G=32"),
+        ("base", "base model"),
+        ("cgrpo", CGRPO_SETTING),
+        ("grpo", "G=12 (compute-matched)"),
+        ("grpo", "G=32"),
         ("grpo", "G=4"),
     ]
     row = by_method.set_index("setting").loc[CGRPO_SETTING]
@@ -228,9 +316,15 @@ def test_by_method_means_and_intervals_over_seeds_and_prompts(tables):
     assert row["rollouts per training prompt (incl. calibration)"] == pytest.approx(np.mean(ROLLOUTS["cgrpo"]))
     # A cost has no prompts: its interval comes from the seeds alone, within their range.
     rollouts = "rollouts per training prompt (incl. calibration)"
-    assert min(ROLLOUTS["cgrpo"]) <= row[f"{rollouts} 95% CI low"] < row[f"{rollouts} 95% CI high"] <= max(ROLLOUTS["cgrpo"])
-    assert row["time savings incl. calibration"] == pytest.approx(np.mean(
-        [1 - (104.0 + 3 * c + seed) / (100.0 + 96 + seed) for seed, c in enumerate(ROLLOUTS["cgrpo"])]))
+    assert (
+        min(ROLLOUTS["cgrpo"])
+        <= row[f"{rollouts} 95% CI low"]
+        < row[f"{rollouts} 95% CI high"]
+        <= max(ROLLOUTS["cgrpo"])
+    )
+    assert row["time savings incl. calibration"] == pytest.approx(
+        np.mean([1 - (104.0 + 3 * c + seed) / (100.0 + 96 + seed) for seed, c in enumerate(ROLLOUTS["cgrpo"])])
+    )
     base = by_method.set_index("setting").loc["base model"]
     assert base["greedy accuracy"] == pytest.approx(0.30)
     # The base model is one run, and still gets an interval, from its prompts.
@@ -290,8 +384,11 @@ def test_paired_uses_only_shared_seeds_and_only_its_own_match(tables):
 def test_paired_compares_cgrpo_with_every_dapo_setting(tables):
     summary = tables["summary"]
     grpo32 = summary[summary["setting"] == "G=32"]
-    dapo = grpo32.assign(method="dapo", setting=setting_label({"method": "dapo", "num_generations": 32}),
-                         run=grpo32["run"].str.replace("grpo", "dapo"))
+    dapo = grpo32.assign(
+        method="dapo",
+        setting=setting_label({"method": "dapo", "num_generations": 32}),
+        run=grpo32["run"].str.replace("grpo", "dapo"),
+    )
     both = pd.concat([summary, dapo], ignore_index=True)
     paired = comparison.paired_table(both, _resampling(both)).set_index("baseline")
     row, grpo_row = paired.loc["DAPO G=32, dynamic sampling"], paired.loc["GRPO G=32"]
@@ -307,8 +404,11 @@ def test_paired_without_cgrpo_is_empty(tables):
 def _resampling(summary: pd.DataFrame) -> Resampling:
     """Per-prompt outcomes that average to each run's summary accuracies."""
     columns = comparison.PER_PROMPT_COLUMNS
-    return Resampling({run: {column: _flags(row[column]) for column in columns}
-                       for run, row in summary.set_index("run").iterrows()}, 500, 0)
+    return Resampling(
+        {run: {column: _flags(row[column]) for column in columns} for run, row in summary.set_index("run").iterrows()},
+        500,
+        0,
+    )
 
 
 # --------------------------------------------------------------------------- conformal, steps, calibrations
@@ -318,8 +418,20 @@ def test_coverage_and_conformal_tables(tables):
     coverage = tables["coverage"]
     assert len(coverage) == (1 + 4 * len(SEEDS)) * 3 * len(GRID)
     assert set(coverage["delta_mode"]) == {"auto", "0.1", "0.2"}
-    assert {"run", "method", "setting", "seed", "k", "coverage", "nominal", "band_low", "band_high", "ci_low",
-            "ci_high", "n_eval"} <= set(coverage.columns)
+    assert {
+        "run",
+        "method",
+        "setting",
+        "seed",
+        "k",
+        "coverage",
+        "nominal",
+        "band_low",
+        "band_high",
+        "ci_low",
+        "ci_high",
+        "n_eval",
+    } <= set(coverage.columns)
     conformal = tables["conformal"]
     assert len(conformal) == (1 + 4 * len(SEEDS)) * 2
     assert conformal["budget histogram"].iloc[0] == "2:50, 4:40, 8:30, 16:40, 32:40"
@@ -341,22 +453,29 @@ def test_delta_sweep_orders_settings_by_delta_and_takes_coverage_at_each_runs_de
     def as_fixed(table):
         return table[table["run"].isin(auto_runs)].assign(run=lambda t: t["run"].str.replace("dauto", "d0.1"))
 
-    fixed = as_fixed(summary).assign(delta=0.1, setting=CGRPO_SETTING.replace("delta auto", "delta 0.1"),
-                                     eval_greedy_acc=lambda t: t["eval_greedy_acc"] + 0.1)
+    fixed = as_fixed(summary).assign(
+        delta=0.1,
+        setting=CGRPO_SETTING.replace("delta auto", "delta 0.1"),
+        eval_greedy_acc=lambda t: t["eval_greedy_acc"] + 0.1,
+    )
     fixed_conformal = as_fixed(conformal)
     fixed_conformal.loc[fixed_conformal["delta_mode"] == "0.1", "coverage_post_selection"] = 0.9
     both = pd.concat([summary, fixed])
-    sweep = reporting.delta_sweep_table(both, pd.concat([conformal, fixed_conformal]),
-                                        pd.concat([calibrations, as_fixed(calibrations).assign(delta=0.1)]),
-                                        _resampling(both))
+    sweep = reporting.delta_sweep_table(
+        both,
+        pd.concat([conformal, fixed_conformal]),
+        pd.concat([calibrations, as_fixed(calibrations).assign(delta=0.1)]),
+        _resampling(both),
+    )
     assert sweep["delta_mode"].tolist() == ["0.1", "auto"]
     # auto: the mean of the deltas its calibrations chose (0.3, 0.25, 0.2 at steps 0, 5, 10).
     assert sweep["delta"].tolist() == pytest.approx([0.1, 0.25])
     assert sweep["nominal coverage"].tolist() == pytest.approx([0.9, 0.75])
     assert sweep["eval coverage at the run's delta"].tolist() == pytest.approx([0.9, 0.8])
     # Per-prompt outcomes hold whole hundredths, as the accuracies do.
-    assert sweep["greedy accuracy"].tolist() == pytest.approx([np.mean(ACCURACY["cgrpo"]) + 0.1,
-                                                               np.mean(ACCURACY["cgrpo"])], abs=0.005)
+    assert sweep["greedy accuracy"].tolist() == pytest.approx(
+        [np.mean(ACCURACY["cgrpo"]) + 0.1, np.mean(ACCURACY["cgrpo"])], abs=0.005
+    )
     low, high = sweep["greedy accuracy 95% CI low"], sweep["greedy accuracy 95% CI high"]
     assert (low < sweep["greedy accuracy"]).all() and (sweep["greedy accuracy"] < high).all()
     assert sweep["seeds"].tolist() == [3, 3]
@@ -473,7 +592,9 @@ def test_plot_all_from_csv_round_trip(tables, tmp_path):
     for name in names:
         reporting.write_table(tables[name], tmp_path / f"{name}.csv")
     loaded = {name: pd.read_csv(tmp_path / f"{name}.csv") for name in names}
-    paths = {name: tmp_path / f"{name}.png" for name in ("pareto", "training_curves", "thresholds", "coverage",
-                                                         "delta_sweep")}
+    paths = {
+        name: tmp_path / f"{name}.png"
+        for name in ("pareto", "training_curves", "thresholds", "coverage", "delta_sweep")
+    }
     plots.plot_all(loaded, paths)
     assert all(path.stat().st_size > 10_000 for path in paths.values())

@@ -9,13 +9,13 @@ from functools import partial
 import pytest
 import torch
 from datasets import Dataset
+from test_dynamic_sampling import RecordingReward
+from test_dynamic_sampling import _config as dynamic_sampling_config
+from test_dynamic_sampling import _data as dynamic_sampling_data
 from transformers import TrainerCallback
 
 from cgrpo import CGRPOConfig, CGRPOTrainer, DynamicSamplingGRPOTrainer
 from cgrpo.resume import state_file
-from test_dynamic_sampling import RecordingReward
-from test_dynamic_sampling import _config as dynamic_sampling_config
-from test_dynamic_sampling import _data as dynamic_sampling_data
 
 STEPS, SAVE_EVERY, RECALIBRATE_EVERY = 6, 3, 2
 
@@ -33,26 +33,49 @@ class _StopAfter(TrainerCallback):
 
 def _trainer(model_dir, output_dir, callbacks=None, **options) -> CGRPOTrainer:
     data = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(40)], "answer": ["1"] * 40})
-    args = CGRPOConfig(**{
-        "output_dir": str(output_dir), "use_cpu": True, "bf16": False, "budget_grid": [2, 4, 8],
-        "per_device_train_batch_size": 16, "max_completion_length": 6, "max_steps": STEPS, "logging_steps": 1,
-        "report_to": [], "save_strategy": "steps", "save_steps": SAVE_EVERY, "recalibrate_every": RECALIBRATE_EVERY,
-        "seed": 0, "min_generation_prompts": 1, "conformal_delta": 0.3, **options,
-    })
+    args = CGRPOConfig(
+        **{
+            "output_dir": str(output_dir),
+            "use_cpu": True,
+            "bf16": False,
+            "budget_grid": [2, 4, 8],
+            "per_device_train_batch_size": 16,
+            "max_completion_length": 6,
+            "max_steps": STEPS,
+            "logging_steps": 1,
+            "report_to": [],
+            "save_strategy": "steps",
+            "save_steps": SAVE_EVERY,
+            "recalibrate_every": RECALIBRATE_EVERY,
+            "seed": 0,
+            "min_generation_prompts": 1,
+            "conformal_delta": 0.3,
+            **options,
+        }
+    )
     # The length's parity as the answer: about half the answers are right, prompts stop at different budgets, and the
     # randomized score and the stopping RNG matter.
     return CGRPOTrainer(
-        model=model_dir, reward_funcs=lambda completions, **kw: [float(len(c) % 3) for c in completions], args=args,
-        train_dataset=data.select(range(32)), calibration_dataset=data.select(range(32, 40)) if args.calibrated else None,
-        answer_extractor=lambda text: str(len(text) % 2), callbacks=callbacks,
+        model=model_dir,
+        reward_funcs=lambda completions, **kw: [float(len(c) % 3) for c in completions],
+        args=args,
+        train_dataset=data.select(range(32)),
+        calibration_dataset=data.select(range(32, 40)) if args.calibrated else None,
+        answer_extractor=lambda text: str(len(text) % 2),
+        callbacks=callbacks,
     )
 
 
 def _dynamic_sampling_trainer(model_dir, output_dir, callbacks=None) -> DynamicSamplingGRPOTrainer:
     # Half the prompts have zero-variance groups, so most generation batches drop groups and refill from the stream.
     args = dynamic_sampling_config(output_dir, max_steps=STEPS, save_strategy="steps", save_steps=SAVE_EVERY)
-    return DynamicSamplingGRPOTrainer(model=model_dir, reward_funcs=RecordingReward(), args=args,
-                                      train_dataset=dynamic_sampling_data(), callbacks=callbacks)
+    return DynamicSamplingGRPOTrainer(
+        model=model_dir,
+        reward_funcs=RecordingReward(),
+        args=args,
+        train_dataset=dynamic_sampling_data(),
+        callbacks=callbacks,
+    )
 
 
 def _interrupted_and_resumed(make_trainer, output_dir):
@@ -66,8 +89,11 @@ def _interrupted_and_resumed(make_trainer, output_dir):
 
 
 def _logs(trainer, prefixes: tuple[str, ...]) -> list[dict]:
-    return [{k: v for k, v in entry.items() if k.startswith(prefixes) or k == "step"}
-            for entry in trainer.state.log_history if "loss" in entry]
+    return [
+        {k: v for k, v in entry.items() if k.startswith(prefixes) or k == "step"}
+        for entry in trainer.state.log_history
+        if "loss" in entry
+    ]
 
 
 def _weights(trainer) -> list[torch.Tensor]:

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import yaml
+from conftest import REPO
 
 from cgrpo.calibration import Thresholds
 from cgrpo.dynamic_sampling import TOTALS_KEYS
@@ -19,22 +20,44 @@ from cgrpo.pipeline.runs import _run_record, reuse_compute_matched
 from cgrpo.pipeline.specs import TrainSpec
 from cgrpo.pipeline.splits import make_splits
 from cgrpo.pipeline.tasks import get_task
-from conftest import REPO
 
 
 def _cgrpo_record(dynamic_totals: dict | None = None) -> dict:
     """The record of a C-GRPO run that sampled 10 groups of width 8 (40 real rows), plus 6 throwaway rows that kept two
     processes in lockstep, after an initial calibration of 32 rollouts."""
     totals = {"train_rollouts": 40, "train_tokens": 400, "groups": 10, "lockstep_rollouts": 6, "generation_s": 1.5}
-    trainer = SimpleNamespace(cgrpo_totals=totals, generation_totals=totals, calibration_history=[], budget_histogram=Counter({2: 8, 8: 3}),
-                              args=SimpleNamespace(num_generations=8, steps_per_generation=1, stopping_rule="conformal",
-                                                   stop_share=0.75),
-                              state=SimpleNamespace(global_step=5), dynamic_totals=dynamic_totals)
+    trainer = SimpleNamespace(
+        cgrpo_totals=totals,
+        generation_totals=totals,
+        calibration_history=[],
+        budget_histogram=Counter({2: 8, 8: 3}),
+        args=SimpleNamespace(num_generations=8, steps_per_generation=1, stopping_rule="conformal", stop_share=0.75),
+        state=SimpleNamespace(global_step=5),
+        dynamic_totals=dynamic_totals,
+    )
     thresholds = Thresholds(delta=0.2, qhat={2: 1.0, 8: 0.9}, solve_rate=0.8, n_calibration=4)
-    initial = {"thresholds": thresholds, "rollouts": 32, "tokens": 320, "wall_s": 1.0, "cpu_s": 0.75,
-               "holdout": {"coverage": {"2": 1.0, "8": 0.75}, "n": 4}}
-    spec = TrainSpec(run="cgrpo_s0_g2-8_dauto_r0", method="cgrpo", model="m", splits="s", task={}, seed=0, trainer={},
-                     peft=None, reference_budget=8, budget_grid=[2, 8], delta="auto", recalibrate_every=0)
+    initial = {
+        "thresholds": thresholds,
+        "rollouts": 32,
+        "tokens": 320,
+        "wall_s": 1.0,
+        "cpu_s": 0.75,
+        "holdout": {"coverage": {"2": 1.0, "8": 0.75}, "n": 4},
+    }
+    spec = TrainSpec(
+        run="cgrpo_s0_g2-8_dauto_r0",
+        method="cgrpo",
+        model="m",
+        splits="s",
+        task={},
+        seed=0,
+        trainer={},
+        peft=None,
+        reference_budget=8,
+        budget_grid=[2, 8],
+        delta="auto",
+        recalibrate_every=0,
+    )
     return _run_record(spec, trainer, wall=3.0, cpu=2.5, initial=initial)
 
 
@@ -53,8 +76,14 @@ def test_cgrpo_costs_count_the_lockstep_rows_and_report_them_apart():
 
 def test_cgrpo_with_drop_unanimous_counts_its_rollouts_per_prompt_trained_on():
     # Of the 10 groups sampled, 6 were dropped; 3 informative ones and 1 zero-variance one were trained on.
-    dynamic = {**dict.fromkeys(TOTALS_KEYS, 0.0), "groups_sampled": 10, "groups_kept": 3, "groups_dropped": 6,
-               "groups_zero_variance_trained": 1, "train_rollouts": 40}
+    dynamic = {
+        **dict.fromkeys(TOTALS_KEYS, 0.0),
+        "groups_sampled": 10,
+        "groups_kept": 3,
+        "groups_dropped": 6,
+        "groups_zero_variance_trained": 1,
+        "train_rollouts": 40,
+    }
     record = _cgrpo_record(dynamic)
     assert record["groups"] == 4 and record["drop_unanimous"] is True and record["dynamic"] == dynamic
     assert record["train_rollouts_generated"] == 46
@@ -68,8 +97,12 @@ def test_the_configs_dynamic_sampling_options_reach_the_trainers(tiny_model_dir,
     config["cgrpo"]["options"]["max_sampling_rounds"] = 2
     config["dapo"].update(prompts_per_round=32, max_sampling_rounds=3)
     splits = tmp_path / "splits"
-    make_splits(get_task("arithmetic", num_examples=200).load(), splits,
-                sizes={"train": 32, "calibration": 32, "eval": 8}, seed=0)
+    make_splits(
+        get_task("arithmetic", num_examples=200).load(),
+        splits,
+        sizes={"train": 32, "calibration": 32, "eval": 8},
+        seed=0,
+    )
 
     spec = methods.train_spec(config, "cgrpo_s0_g2-4-8-16-32_dauto_r80", tiny_model_dir, str(splits), "unused")
     cgrpo = trainers.cgrpo_trainer(spec, tmp_path / "cgrpo", initial=None)
@@ -88,8 +121,15 @@ def _fixed_run(root, name="grpo_s1_G32", **overrides):
     (run / "model").mkdir(parents=True)
     (run / "model" / "model.safetensors").write_bytes(b"weights")
     (run / "steps.csv").write_text("step,loss\n1,0.5\n")
-    record = {"run": name, "method": "grpo", "seed": 1, "num_generations": 32, "compute_matched": False,
-              "train_wall_s": 12.5, **overrides}
+    record = {
+        "run": name,
+        "method": "grpo",
+        "seed": 1,
+        "num_generations": 32,
+        "compute_matched": False,
+        "train_wall_s": 12.5,
+        **overrides,
+    }
     (run / "run.json").write_text(json.dumps(record))
     return run
 
@@ -106,8 +146,15 @@ def test_copy_is_relabelled_and_keeps_the_measurements(tmp_path):
     target = tmp_path / "grpo_s1_G32_matched"
     reuse_compute_matched(source, target)
     record = json.loads((target / "run.json").read_text())
-    assert record == {"run": "grpo_s1_G32_matched", "method": "grpo", "seed": 1, "num_generations": 32,
-                      "compute_matched": True, "train_wall_s": 12.5, "reused_from": "grpo_s1_G32"}
+    assert record == {
+        "run": "grpo_s1_G32_matched",
+        "method": "grpo",
+        "seed": 1,
+        "num_generations": 32,
+        "compute_matched": True,
+        "train_wall_s": 12.5,
+        "reused_from": "grpo_s1_G32",
+    }
     assert (target / "model" / "model.safetensors").read_bytes() == b"weights"
     assert (target / "steps.csv").read_text() == (source / "steps.csv").read_text()
 
@@ -122,13 +169,23 @@ def test_refuses_anything_but_a_fixed_group_run(tmp_path, overrides):
 
 
 def test_timed_grpo_trainer_counts_training_generation_only(tiny_model_dir, tmp_path):
+    from test_trainer import _data, _length_reward
     from trl import GRPOConfig
 
     from cgrpo.pipeline.timing import TimedGRPOTrainer, generation_seconds
-    from test_trainer import _data, _length_reward
 
-    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, num_generations=4, max_completion_length=5,
-                      per_device_train_batch_size=8, max_steps=3, report_to=[], save_strategy="no", seed=0)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        num_generations=4,
+        max_completion_length=5,
+        per_device_train_batch_size=8,
+        max_steps=3,
+        report_to=[],
+        save_strategy="no",
+        seed=0,
+    )
     trainer = TimedGRPOTrainer(model=tiny_model_dir, reward_funcs=_length_reward, args=args, train_dataset=_data(32))
     trainer.train()
     totals = trainer.generation_totals

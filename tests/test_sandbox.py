@@ -111,11 +111,18 @@ def test_setup_code_stdlib_imports_threads_and_own_directory_work():
 
 
 def test_prepare_tests_keeps_expected_values_out_of_the_sandbox():
-    value, swapped, builtin_call, close, truth, statement, identity, falsy = prepare_tests([
-        "assert f(1) == -4.5", "assert 3 in f(2)", "assert set(f(3)) == set((4, 5))",
-        "assert math.isclose(f(1), 2.0, rel_tol=0.001)", "assert f(1) < f(2)", "x = f(1)\nassert x",
-        "assert f(0) is None", "assert not f(5)",
-    ])
+    value, swapped, builtin_call, close, truth, statement, identity, falsy = prepare_tests(
+        [
+            "assert f(1) == -4.5",
+            "assert 3 in f(2)",
+            "assert set(f(3)) == set((4, 5))",
+            "assert math.isclose(f(1), 2.0, rel_tol=0.001)",
+            "assert f(1) < f(2)",
+            "x = f(1)\nassert x",
+            "assert f(0) is None",
+            "assert not f(5)",
+        ]
+    )
     assert (value.kind, value.source, value.op, value.expected) == ("value", "f(1)", "==", -4.5)
     assert value.tamper_proof
     assert (swapped.source, swapped.op, swapped.expected, swapped.literal_first) == ("f(2)", "in", 3, True)
@@ -138,9 +145,18 @@ def test_prepare_tests_keeps_expected_values_out_of_the_sandbox():
 
 def test_parent_side_comparisons():
     program = "def f(x):\n    return [x, x + 1]\ndef g(x):\n    return x / 3\n"
-    passing = ["assert 2 in f(2)", "assert f(1) != [1]", "assert f(1) < [1, 3]", "assert [0] <= f(0)",
-               "assert math.isclose(g(1), 0.3333, rel_tol=0.001)", "assert not f(0)[0]", "assert f(1)",
-               "assert f(1) >= [1, 2]", "assert 5 not in f(1)", "assert (f(1)) == [1, 2]"]
+    passing = [
+        "assert 2 in f(2)",
+        "assert f(1) != [1]",
+        "assert f(1) < [1, 3]",
+        "assert [0] <= f(0)",
+        "assert math.isclose(g(1), 0.3333, rel_tol=0.001)",
+        "assert not f(0)[0]",
+        "assert f(1)",
+        "assert f(1) >= [1, 2]",
+        "assert 5 not in f(1)",
+        "assert (f(1)) == [1, 2]",
+    ]
     result = run_tests(program, passing, setup="import math", limits=FAST)
     assert result.passed, result
     failing = ["assert 3 in f(1)", "assert math.isclose(g(1), 0.5)", "assert not f(1)", "assert f(1) > [2]"]
@@ -151,13 +167,20 @@ def test_parent_side_comparisons():
 
 
 def test_values_compare_as_plain_data():
-    program = ("import collections\n"
-               "def f(x):\n"
-               "    return {1: [1, 2.5, 'a', b'z', (None, True)], 2: {3, 4}, 3: collections.Counter('aab'),"
-               " 4: float('nan'), 5: 1 + 2j, 6: 10 ** 5000}[x]\n")
-    tests = ["assert f(1) == [1, 2.5, 'a', b'z', (None, True)]", "assert f(2) == {3, 4}",
-             "assert f(3) == {'a': 2, 'b': 1}", "assert f(4) != f(4)", "assert f(5) == 1 + 2j",
-             "assert f(1) != [1]"]
+    program = (
+        "import collections\n"
+        "def f(x):\n"
+        "    return {1: [1, 2.5, 'a', b'z', (None, True)], 2: {3, 4}, 3: collections.Counter('aab'),"
+        " 4: float('nan'), 5: 1 + 2j, 6: 10 ** 5000}[x]\n"
+    )
+    tests = [
+        "assert f(1) == [1, 2.5, 'a', b'z', (None, True)]",
+        "assert f(2) == {3, 4}",
+        "assert f(3) == {'a': 2, 'b': 1}",
+        "assert f(4) != f(4)",
+        "assert f(5) == 1 + 2j",
+        "assert f(1) != [1]",
+    ]
     result = run_tests(program, tests, limits=FAST)
     assert result.passed, result
     # A big int travels exactly (in hex), whatever the decimal digit limit.
@@ -271,8 +294,12 @@ def test_killing_the_parent_leaves_the_run_going(isolation):
     # kill(-1) reaches only the sandbox's own processes in a pid namespace; without one, as a plain user, it would
     # reach this test too (the documented limit of process isolation), so it is tried only with namespaces.
     kill_all = "try:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\n"
-    program = ("import os, signal\n" + (kill_all if isolation["mode"] == "namespaces" else "")
-               + "os.kill(os.getppid(), signal.SIGKILL)\n" + GOOD)
+    program = (
+        "import os, signal\n"
+        + (kill_all if isolation["mode"] == "namespaces" else "")
+        + "os.kill(os.getppid(), signal.SIGKILL)\n"
+        + GOOD
+    )
     result = run_tests(program, TESTS, limits=FAST)
     if os.geteuid() == 0:
         # The parent inside the sandbox is root's; the program's per-run uid may not signal it.
@@ -288,26 +315,37 @@ def test_exit_inside_a_test_fails():
 # Programs that return wrong values and try to make the harness report a pass anyway.
 TAMPERING = {
     "eq_always_true": "class A:\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return A()\n",
-    "fake_class": ("class A:\n    __class__ = int\n    def __eq__(self, other):\n        return True\n"
-                   "def f(x):\n    return A()\n"),
-    "int_subclass": ("class Liar(int):\n    def __eq__(self, other):\n        return True\n"
-                     "    __hash__ = int.__hash__\ndef f(x):\n    return Liar(0)\n"),
-    "list_subclass": ("class Liar(list):\n    def __eq__(self, other):\n        return True\n"
-                      "    def __iter__(self):\n        return iter([4])\ndef f(x):\n    return Liar()\n"),
+    "fake_class": (
+        "class A:\n    __class__ = int\n    def __eq__(self, other):\n        return True\ndef f(x):\n    return A()\n"
+    ),
+    "int_subclass": (
+        "class Liar(int):\n    def __eq__(self, other):\n        return True\n"
+        "    __hash__ = int.__hash__\ndef f(x):\n    return Liar(0)\n"
+    ),
+    "list_subclass": (
+        "class Liar(list):\n    def __eq__(self, other):\n        return True\n"
+        "    def __iter__(self):\n        return iter([4])\ndef f(x):\n    return Liar()\n"
+    ),
     "sys_exit": "import sys\nsys.exit(0)\n",
     "os_exit": "import os\nos._exit(0)\n",
     "fake_markers": "print('PASSED')\nprint('All tests passed')\nprint('ok')\ndef f(x):\n    return 0\n",
-    "patch_builtins": ("import builtins\nbuiltins.AssertionError = Exception\nbuiltins.isinstance = lambda *a: True\n"
-                       "builtins.type = lambda *a: int\ndef f(x):\n    return 0\n"),
-    "patch_harness": ("import sys, json\nmain = sys.modules['__main__']\n"
-                      "main.encode = lambda value, depth=0: ['b', 1]\nmain._type = lambda value: bool\n"
-                      "json.dumps = lambda *a, **k: '{}'\ndef f(x):\n    return 0\n"),
-    "forged_record": ("import gc, json, os\n"
-                      "spec = next(o for o in gc.get_objects()\n"
-                      "            if isinstance(o, dict) and 'token' in o and 'tests' in o)\n"
-                      "fake = {'program_error': None, 'results': [['ok', ['b', 1]] for _ in spec['tests']]}\n"
-                      "os.write(1, ('\\n' + spec['token'] + ' ' + json.dumps(fake) + '\\n').encode())\n"
-                      "os._exit(0)\n"),
+    "patch_builtins": (
+        "import builtins\nbuiltins.AssertionError = Exception\nbuiltins.isinstance = lambda *a: True\n"
+        "builtins.type = lambda *a: int\ndef f(x):\n    return 0\n"
+    ),
+    "patch_harness": (
+        "import sys, json\nmain = sys.modules['__main__']\n"
+        "main.encode = lambda value, depth=0: ['b', 1]\nmain._type = lambda value: bool\n"
+        "json.dumps = lambda *a, **k: '{}'\ndef f(x):\n    return 0\n"
+    ),
+    "forged_record": (
+        "import gc, json, os\n"
+        "spec = next(o for o in gc.get_objects()\n"
+        "            if isinstance(o, dict) and 'token' in o and 'tests' in o)\n"
+        "fake = {'program_error': None, 'results': [['ok', ['b', 1]] for _ in spec['tests']]}\n"
+        "os.write(1, ('\\n' + spec['token'] + ' ' + json.dumps(fake) + '\\n').encode())\n"
+        "os._exit(0)\n"
+    ),
     "exit_in_test_after_forging": (
         "import gc, json, os\n"
         "def f(x):\n"
@@ -324,10 +362,12 @@ TAMPERING_TESTS = {
     "patch_abs": (["assert abs(f(1) - 3.14) < 0.001"], ""),
     "redefine_setup_helper": (["assert check(f(2))"], "def check(value):\n    return value == 7\n"),
 }
-TAMPERING.update({
-    "patch_abs": "import builtins\nbuiltins.abs = lambda x: 0\ndef f(x):\n    return 0\n",
-    "redefine_setup_helper": "def check(value):\n    return True\ndef f(x):\n    return 0\n",
-})
+TAMPERING.update(
+    {
+        "patch_abs": "import builtins\nbuiltins.abs = lambda x: 0\ndef f(x):\n    return 0\n",
+        "redefine_setup_helper": "def check(value):\n    return True\ndef f(x):\n    return 0\n",
+    }
+)
 
 
 @pytest.mark.parametrize("name", sorted(TAMPERING))
@@ -337,7 +377,7 @@ def test_tampering_with_the_harness_fails(name):
     assert all(test.tamper_proof == (name not in TAMPERING_TESTS) for test in prepare_tests(tests))
     result = run_tests(TAMPERING[name], tests, setup=setup, limits=FAST)
     assert not result.passed, result
-    if name.startswith("forged") or name.startswith("exit_in_test"):
+    if name.startswith(("forged", "exit_in_test")):
         assert result.status == "failed"  # the forged record did arrive, and its values were judged wrong
 
 
@@ -356,8 +396,14 @@ def test_a_run_without_an_isolation_record_logs_nothing(monkeypatch, caplog):
 
 
 def test_hostile_and_good_programs_in_one_parallel_batch():
-    programs = [GOOD, "while True:\n    pass\n", TAMPERING["forged_record"], "x = bytearray(10 ** 10)\n" + GOOD, GOOD,
-                "import os\nos.kill(os.getppid(), 9)\n" + GOOD if os.geteuid() == 0 else "def f(x):\n    return 0\n"]
+    programs = [
+        GOOD,
+        "while True:\n    pass\n",
+        TAMPERING["forged_record"],
+        "x = bytearray(10 ** 10)\n" + GOOD,
+        GOOD,
+        "import os\nos.kill(os.getppid(), 9)\n" + GOOD if os.geteuid() == 0 else "def f(x):\n    return 0\n",
+    ]
     results = run_tests_many(programs, TESTS, limits=Limits(timeout_s=1.5), workers=2)
     assert [r.passed for r in results] == [True, False, False, False, True, False]
 

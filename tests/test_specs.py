@@ -72,9 +72,17 @@ def test_training_specs_carry_the_policy():
     # The ablations: C-GRPO's grid, options and trainer with another stopping rule, and nothing calibrated.
     share = train_spec(CONFIG, "share_s1_g2-4-8-16-32_t0.75", "model", "splits")
     assert (share.method, share.budget_grid, share.reference_budget, share.initial_calibration) == (
-        "share", [2, 4, 8, 16, 32], 32, None)
-    assert share.cgrpo == {**CONFIG["cgrpo"]["options"], "stopping_rule": "share", "stop_share": 0.75,
-                           "calibration_holdout": 0}
+        "share",
+        [2, 4, 8, 16, 32],
+        32,
+        None,
+    )
+    assert share.cgrpo == {
+        **CONFIG["cgrpo"]["options"],
+        "stopping_rule": "share",
+        "stop_share": 0.75,
+        "calibration_holdout": 0,
+    }
     assert share.trainer == cgrpo.trainer
     calibration = calibration_spec(CONFIG, "2-4-8-16-32", "model", "splits")
     # One initial calibration serves every seed, so it uses the split seed.
@@ -111,8 +119,13 @@ def test_the_wildcard_pattern_accepts_exactly_the_run_names():
 
     from cgrpo.pipeline.methods import RUN_NAME_PATTERN
 
-    names = ["base", cgrpo_run_name(0, [2, 4], 0.1, 80), grpo_run_name(1, 8, matched=True), grpo_run_name(2, 32),
-             dapo_run_name(3, 16)]
+    names = [
+        "base",
+        cgrpo_run_name(0, [2, 4], 0.1, 80),
+        grpo_run_name(1, 8, matched=True),
+        grpo_run_name(2, 32),
+        dapo_run_name(3, 16),
+    ]
     assert all(re.fullmatch(RUN_NAME_PATTERN, name) for name in names)
     assert not any(re.fullmatch(RUN_NAME_PATTERN, name) for name in ["cgrpo_s0_g2-4", "grpo_s1_G8_other", "bases"])
     # The two training rules split the names: the calibrated methods' runs, and the rest.
@@ -124,8 +137,12 @@ def test_the_wildcard_pattern_accepts_exactly_the_run_names():
 def test_the_registry_lists_every_configured_run_and_refuses_a_calibrated_run_without_its_calibration():
     runs = static_runs(CONFIG)
     seeds = len(CONFIG["seeds"])
-    expected = seeds * (len(CONFIG["grpo"]["num_generations"]) + len(CONFIG["dapo"]["num_generations"]) + 1
-                        + len(CONFIG["cgrpo"]["ablations"]["rules"]))
+    expected = seeds * (
+        len(CONFIG["grpo"]["num_generations"])
+        + len(CONFIG["dapo"]["num_generations"])
+        + 1
+        + len(CONFIG["cgrpo"]["ablations"]["rules"])
+    )
     assert len(runs) == len(set(runs)) == expected
     assert {parse_run_name(run).method for run in runs} == set(METHODS)
     with pytest.raises(ValueError, match="starts from an initial calibration"):

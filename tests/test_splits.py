@@ -7,7 +7,14 @@ import re
 
 import pytest
 
-from cgrpo.pipeline.splits import ManifestMismatchError, SplitLeakError, content_hash, load_split, load_splits, make_splits
+from cgrpo.pipeline.splits import (
+    ManifestMismatchError,
+    SplitLeakError,
+    content_hash,
+    load_split,
+    load_splits,
+    make_splits,
+)
 from cgrpo.pipeline.tasks import get_task
 
 SIZES = {"train": 300, "calibration": 60, "eval": 60}
@@ -48,6 +55,7 @@ def test_order_of_the_sizes_does_not_change_the_splits(tmp_path, pool):
     for name in SIZES:
         assert load_split(tmp_path / "a", name).to_list() == load_split(tmp_path / "b", name).to_list()
 
+
 def test_too_small_pool_fails_before_writing(tmp_path, pool):
     with pytest.raises(ValueError, match="unique examples"):
         make_splits(pool, tmp_path / "out", sizes={"train": 10_000}, seed=0)
@@ -58,8 +66,11 @@ def test_eval_from_a_separate_pool_that_overlaps_train_is_refused_or_dropped(tmp
     train_pool = [{"question": f"Q{i}", "answer": f"#### {i}"} for i in range(30)]
     test_pool = [{"question": f"Q{i}", "answer": f"#### {i}"} for i in range(25, 35)]  # 5 also in train_pool
     sizes = {"train": 20, "calibration": None, "eval": None}
-    with pytest.raises(SplitLeakError, match="5 example\\(s\\) of the eval source split also occur in the training "
-                                             "pool \\(e.g. 'Q25'\\); remove them .* or set splits.drop_overlap"):
+    with pytest.raises(
+        SplitLeakError,
+        match="5 example\\(s\\) of the eval source split also occur in the training "
+        "pool \\(e.g. 'Q25'\\); remove them .* or set splits.drop_overlap",
+    ):
         make_splits(train_pool, tmp_path, sizes=sizes, seed=0, eval_pool=test_pool)
     assert not list(tmp_path.iterdir())
     make_splits(train_pool, tmp_path, sizes=sizes, seed=0, eval_pool=test_pool, drop_overlap=True)

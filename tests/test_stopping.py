@@ -19,8 +19,14 @@ GRID = [2, 4, 8]
 # ---------------------------------------------------------------------- hand cases
 @pytest.mark.parametrize(
     ("outcomes", "k", "share"),
-    [(["a", "a", "b", None], 4, 0.5), ([None, None], 2, 0.0), (["a", None], 2, 0.5), (["a", "b", "c", "c"], 2, 0.5),
-     (["a", "b", "c", "c"], 4, 0.5), (["7", "7", "7", "7"], 4, 1.0)],
+    [
+        (["a", "a", "b", None], 4, 0.5),
+        ([None, None], 2, 0.0),
+        (["a", None], 2, 0.5),
+        (["a", "b", "c", "c"], 2, 0.5),
+        (["a", "b", "c", "c"], 4, 0.5),
+        (["7", "7", "7", "7"], 4, 1.0),
+    ],
 )
 def test_top_share_counts_failed_extractions_in_the_denominator_only(outcomes, k, share):
     assert top_share("aps", k, outcomes) == share
@@ -37,15 +43,22 @@ def test_top_share_of_execution_outcomes_is_the_share_of_passes():
 
 @pytest.mark.parametrize(
     ("outcomes", "k", "stops"),
-    [(["a", "a"], 2, True), (["a", "b"], 2, False), (["a", None], 2, False), ([None, None], 2, False),
-     (["a", "a", "a", "b"], 2, True), (["a", "a", "a", "b"], 4, False)],
+    [
+        (["a", "a"], 2, True),
+        (["a", "b"], 2, False),
+        (["a", None], 2, False),
+        ([None, None], 2, False),
+        (["a", "a", "a", "b"], 2, True),
+        (["a", "a", "a", "b"], 4, False),
+    ],
 )
 def test_unanimous_needs_one_extracted_answer_for_all_draws(outcomes, k, stops):
     assert rule_stops("unanimous", "aps", k, outcomes) is stops
 
 
 @pytest.mark.parametrize(
-    ("passes", "stops"), [([True, True], True), ([True, False], False), ([False, False], False)],
+    ("passes", "stops"),
+    [([True, True], True), ([True, False], False), ([False, False], False)],
 )
 def test_unanimous_execution_outcomes_stop_only_when_all_pass(passes, stops):
     for score in ("first_success", "pass_rate"):
@@ -54,14 +67,17 @@ def test_unanimous_execution_outcomes_stop_only_when_all_pass(passes, stops):
 
 @pytest.mark.parametrize(
     ("outcomes", "k", "tau", "stops"),
-    [(["a", "a", "a", "b"], 4, 0.75, True),  # 3 of 4
-     (["a", "a", "b", "c"], 4, 0.75, False),  # 2 of 4
-     (["a", "a", "a", None], 4, 0.75, True),  # a failure is one vote against, no more
-     (["a", "a", None, None], 4, 0.75, False),
-     (["a", "b"], 2, 0.75, False),  # any tau above 1/2 stops k = 2 only on agreement
-     (["a", "b"], 2, 0.5, True),  # a tie reaches 1/2
-     ([None, None], 2, 0.5, False),  # failures never form the most frequent answer
-     (["a"] * 6 + ["b", "c"], 8, 0.75, True), (["a"] * 5 + ["b"] * 3, 8, 0.75, False)],
+    [
+        (["a", "a", "a", "b"], 4, 0.75, True),  # 3 of 4
+        (["a", "a", "b", "c"], 4, 0.75, False),  # 2 of 4
+        (["a", "a", "a", None], 4, 0.75, True),  # a failure is one vote against, no more
+        (["a", "a", None, None], 4, 0.75, False),
+        (["a", "b"], 2, 0.75, False),  # any tau above 1/2 stops k = 2 only on agreement
+        (["a", "b"], 2, 0.5, True),  # a tie reaches 1/2
+        ([None, None], 2, 0.5, False),  # failures never form the most frequent answer
+        (["a"] * 6 + ["b", "c"], 8, 0.75, True),
+        (["a"] * 5 + ["b"] * 3, 8, 0.75, False),
+    ],
 )
 def test_share_stops_once_the_most_frequent_answer_holds_tau(outcomes, k, tau, stops):
     assert rule_stops("share", "aps", k, outcomes, tau=tau) is stops
@@ -90,7 +106,8 @@ def test_conformal_rule_is_should_stop_with_the_budgets_threshold():
     outcomes = ["a", "a", "b", "a"]
     for qhat in (0.4, 0.7, 1.0):
         assert rule_stops("conformal", "aps", 4, outcomes, qhat_k=qhat, rng=random.Random(3)) == should_stop(
-            "aps", 4, qhat, outcomes, random.Random(3))
+            "aps", 4, qhat, outcomes, random.Random(3)
+        )
     with pytest.raises(ValueError, match="needs the budget's threshold"):
         rule_stops("conformal", "aps", 2, outcomes, rng=random.Random(0))
     with pytest.raises(ValueError, match="Unknown stopping rule 'majority'"):
@@ -98,7 +115,12 @@ def test_conformal_rule_is_should_stop_with_the_budgets_threshold():
 
 
 def test_free_stopping_budgets_replays_the_rule_on_prefixes():
-    prompts = [["a"] * 8, ["a", "b", "a", "a", "a", "a", "a", "a"], ["a", "b", "c", "d", "a", "a", "a", "a"], [None] * 8]
+    prompts = [
+        ["a"] * 8,
+        ["a", "b", "a", "a", "a", "a", "a", "a"],
+        ["a", "b", "c", "d", "a", "a", "a", "a"],
+        [None] * 8,
+    ]
     assert free_stopping_budgets("unanimous", "aps", GRID, prompts) == [2, 8, 8, 8]
     assert free_stopping_budgets("share", "aps", GRID, prompts, tau=0.75) == [2, 4, 8, 8]
     with pytest.raises(ValueError, match="replay the conformal rule with cgrpo.calibration.stopping_budgets"):
@@ -119,11 +141,13 @@ def test_state_without_thresholds_round_trips_through_json():
 # ---------------------------------------------------------------------- options
 @pytest.mark.parametrize(
     ("overrides", "message"),
-    [({"stopping_rule": "majority"}, "stopping_rule must be one of conformal, unanimous, share"),
-     ({"stopping_rule": "share", "stop_share": 0.0}, r"stop_share must lie in \(0, 1\]"),
-     ({"stop_share": 1.5}, r"stop_share must lie in \(0, 1\]"),
-     ({"calibration_holdout": -1}, "calibration_holdout must be a non-negative integer"),
-     ({"stopping_rule": "unanimous", "calibration_holdout": 4}, "calibration_holdout checks calibrated thresholds")],
+    [
+        ({"stopping_rule": "majority"}, "stopping_rule must be one of conformal, unanimous, share"),
+        ({"stopping_rule": "share", "stop_share": 0.0}, r"stop_share must lie in \(0, 1\]"),
+        ({"stop_share": 1.5}, r"stop_share must lie in \(0, 1\]"),
+        ({"calibration_holdout": -1}, "calibration_holdout must be a non-negative integer"),
+        ({"stopping_rule": "unanimous", "calibration_holdout": 4}, "calibration_holdout checks calibrated thresholds"),
+    ],
 )
 def test_invalid_stopping_options_raise(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -160,17 +184,33 @@ class PatternVerifier:
 
 
 def _config(tmp_path, **overrides) -> CGRPOConfig:
-    options = {"output_dir": str(tmp_path), "use_cpu": True, "bf16": False, "budget_grid": GRID,
-               "per_device_train_batch_size": 32, "max_completion_length": 4, "max_steps": 1, "logging_steps": 1,
-               "report_to": [], "save_strategy": "no", "seed": 0, "score": "first_success"}
+    options = {
+        "output_dir": str(tmp_path),
+        "use_cpu": True,
+        "bf16": False,
+        "budget_grid": GRID,
+        "per_device_train_batch_size": 32,
+        "max_completion_length": 4,
+        "max_steps": 1,
+        "logging_steps": 1,
+        "report_to": [],
+        "save_strategy": "no",
+        "seed": 0,
+        "score": "first_success",
+    }
     return CGRPOConfig(**{**options, **overrides})
 
 
 def _trainer(model_dir, tmp_path, verifier=None, initial_thresholds=None, **overrides) -> CGRPOTrainer:
     data = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in PATTERNS], "index": list(PATTERNS)})
-    return CGRPOTrainer(model=model_dir, reward_funcs=lambda completions, **kw: [float(len(c) % 2) for c in completions],
-                        args=_config(tmp_path, **overrides), train_dataset=data, verifier=verifier or PatternVerifier(),
-                        initial_thresholds=initial_thresholds)
+    return CGRPOTrainer(
+        model=model_dir,
+        reward_funcs=lambda completions, **kw: [float(len(c) % 2) for c in completions],
+        args=_config(tmp_path, **overrides),
+        train_dataset=data,
+        verifier=verifier or PatternVerifier(),
+        initial_thresholds=initial_thresholds,
+    )
 
 
 @pytest.mark.parametrize("rule", ["unanimous", "share"])
@@ -191,9 +231,12 @@ def test_calibration_free_rules_stop_where_the_rule_says_and_never_calibrate(tin
 
 
 def test_unanimous_answers_stop_at_the_first_budget_with_the_aps_score(tiny_model_dir, tmp_path):
-    trainer = CGRPOTrainer(model=tiny_model_dir, reward_funcs=lambda completions, **kw: [1.0] * len(completions),
-                           args=_config(tmp_path, score="aps", stopping_rule="unanimous"),
-                           train_dataset=Dataset.from_dict({"prompt": ["1+1=", "2+2=", "3+3=", "4+4="]}),
-                           answer_extractor=lambda text: "2")
+    trainer = CGRPOTrainer(
+        model=tiny_model_dir,
+        reward_funcs=lambda completions, **kw: [1.0] * len(completions),
+        args=_config(tmp_path, score="aps", stopping_rule="unanimous"),
+        train_dataset=Dataset.from_dict({"prompt": ["1+1=", "2+2=", "3+3=", "4+4="]}),
+        answer_extractor=lambda text: "2",
+    )
     trainer.train()
     assert trainer.budget_histogram == {2: 4} and trainer.calibration_history == []

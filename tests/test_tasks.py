@@ -12,8 +12,10 @@ from cgrpo.pipeline.tasks import available_tasks, extract_answer, get_task, is_w
 from cgrpo.pipeline.tasks.arithmetic import ITEMS, generate_problems
 
 GSM8K_ROWS = [
-    {"question": "Natalia sold 48 clips in April and half as many in May. How many in all?",
-     "answer": "She sold 48/2 = <<48/2=24>>24 in May.\nSo 48+24 = <<48+24=72>>72.\n#### 72"},
+    {
+        "question": "Natalia sold 48 clips in April and half as many in May. How many in all?",
+        "answer": "She sold 48/2 = <<48/2=24>>24 in May.\nSo 48+24 = <<48+24=72>>72.\n#### 72",
+    },
     {"question": "A shop earns $1,200 a day. How much in 10 days?", "answer": "1200*10 = 12000\n#### 12,000"},
 ]
 
@@ -27,10 +29,24 @@ def test_registry_lists_tasks_and_rejects_unknown_names():
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("1,234", "1234"), ("+5", "5"), ("3.0", "3"), ("-0", "0"), ("-0.00", "0"), ("26.", "26"),
-        ("\u22127", "-7"), ("12 345", "12345"), ("007", "7"), ("0.50", "0.5"), ("$18", "18"),
+        ("1,234", "1234"),
+        ("+5", "5"),
+        ("3.0", "3"),
+        ("-0", "0"),
+        ("-0.00", "0"),
+        ("26.", "26"),
+        ("\u22127", "-7"),
+        ("12 345", "12345"),
+        ("007", "7"),
+        ("0.50", "0.5"),
+        ("$18", "18"),
         ("123456789012345678901234567890.000", "123456789012345678901234567890"),
-        ("abc", None), ("", None), ("+", None), ("3..", None), ("1e5", None), ("5/2", None),
+        ("abc", None),
+        ("", None),
+        ("+", None),
+        ("3..", None),
+        ("1e5", None),
+        ("5/2", None),
     ],
 )
 def test_normalize_number(text, expected):
@@ -59,16 +75,31 @@ def test_extract_hash_answers(completion, expected):
 @pytest.mark.parametrize(
     ("completion", "expected"),
     [
-        (r"so \boxed{26}", "26"), (r"\boxed{1} \boxed{2}", "2"), (r"\boxed{\frac{1}{2}}", None), (r"\boxed{26", None),
+        (r"so \boxed{26}", "26"),
+        (r"\boxed{1} \boxed{2}", "2"),
+        (r"\boxed{\frac{1}{2}}", None),
+        (r"\boxed{26", None),
         ("#### 26", None),
         # LaTeX markup around the number (issue #12)
-        (r"\boxed{1{,}234}", "1234"), (r"\boxed{\$12}", "12"), (r"\boxed{12\%}", "12"), (r"\boxed{\text{12}}", "12"),
-        (r"\boxed{\text{1,234}}", "1234"), (r"\boxed{-\$5}", "-5"), (r"\boxed{\textbf{7}}", "7"),
-        (r"\boxed{12\,000}", "12000"), (r"\boxed{\mathrm{3.50}}", "3.5"), (r"\boxed{\mathbf{\$1{,}000}}", "1000"),
-        (r"\boxed{$42$}", "42"), (r"\boxed{90^\circ}", "90"), (r"\boxed{90^{\circ}}", "90"),
+        (r"\boxed{1{,}234}", "1234"),
+        (r"\boxed{\$12}", "12"),
+        (r"\boxed{12\%}", "12"),
+        (r"\boxed{\text{12}}", "12"),
+        (r"\boxed{\text{1,234}}", "1234"),
+        (r"\boxed{-\$5}", "-5"),
+        (r"\boxed{\textbf{7}}", "7"),
+        (r"\boxed{12\,000}", "12000"),
+        (r"\boxed{\mathrm{3.50}}", "3.5"),
+        (r"\boxed{\mathbf{\$1{,}000}}", "1000"),
+        (r"\boxed{$42$}", "42"),
+        (r"\boxed{90^\circ}", "90"),
+        (r"\boxed{90^{\circ}}", "90"),
         (r"\boxed{1\!000}", "1000"),
-        (r"\boxed{\text{twelve}}", None), (r"\boxed{\sqrt{2}}", None), (r"\boxed{12\text{ apples}}", None),
-        (r"\boxed{\$}", None), (r"\boxed{x = 5}", None),
+        (r"\boxed{\text{twelve}}", None),
+        (r"\boxed{\sqrt{2}}", None),
+        (r"\boxed{12\text{ apples}}", None),
+        (r"\boxed{\$}", None),
+        (r"\boxed{x = 5}", None),
     ],
 )
 def test_extract_boxed_answers(completion, expected):
@@ -77,9 +108,16 @@ def test_extract_boxed_answers(completion, expected):
 
 @pytest.mark.parametrize(
     ("completion", "hash_ok", "boxed_ok"),
-    [("1+2=3 #### 3", True, False), ("#### 3  \n", True, False), ("#### 3\nmore", False, False),
-     ("#### x", False, False), (r"1+2=3 \boxed{3} ", False, True), (r"\boxed{3} and more", False, False),
-     (r"\boxed{\text{\$1{,}234}}", False, True), (r"\boxed{\frac{1}{2}}", False, False)],
+    [
+        ("1+2=3 #### 3", True, False),
+        ("#### 3  \n", True, False),
+        ("#### 3\nmore", False, False),
+        ("#### x", False, False),
+        (r"1+2=3 \boxed{3} ", False, True),
+        (r"\boxed{3} and more", False, False),
+        (r"\boxed{\text{\$1{,}234}}", False, True),
+        (r"\boxed{\frac{1}{2}}", False, False),
+    ],
 )
 def test_format_check(completion, hash_ok, boxed_ok):
     assert is_well_formed(completion, "hash") is hash_ok

@@ -15,8 +15,12 @@ GRID = [2, 4, 8]
 
 
 def _data(n: int, offset: int = 0) -> Dataset:
-    return Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(offset, offset + n)],
-                              "answer": [str(2 * i) for i in range(offset, offset + n)]})
+    return Dataset.from_dict(
+        {
+            "prompt": [f"{i}+{i}=" for i in range(offset, offset + n)],
+            "answer": [str(2 * i) for i in range(offset, offset + n)],
+        }
+    )
 
 
 def _length_reward(completions, **kwargs):
@@ -26,9 +30,21 @@ def _length_reward(completions, **kwargs):
 def _config(tmp_path, **overrides) -> CGRPOConfig:
     # One generation per optimizer step (min_generation_prompts=1), so each test controls its batch; the default
     # generation schedule has tests of its own.
-    options = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=GRID, per_device_train_batch_size=16,
-                   max_completion_length=6, max_steps=2, logging_steps=1, report_to=[], save_strategy="no",
-                   recalibrate_every=0, seed=0, min_generation_prompts=1)
+    options = dict(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        budget_grid=GRID,
+        per_device_train_batch_size=16,
+        max_completion_length=6,
+        max_steps=2,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        recalibrate_every=0,
+        seed=0,
+        min_generation_prompts=1,
+    )
     options.update(overrides)
     return CGRPOConfig(**options)
 
@@ -36,8 +52,14 @@ def _config(tmp_path, **overrides) -> CGRPOConfig:
 def _trainer(model_dir, tmp_path, extractor=lambda text: "1", reward=_length_reward, **overrides) -> CGRPOTrainer:
     score = overrides.get("score", "aps")
     scoring = {"answer_extractor": extractor} if score == "aps" else {"verifier": overrides.pop("verifier")}
-    return CGRPOTrainer(model=model_dir, reward_funcs=reward, args=_config(tmp_path, **overrides),
-                        train_dataset=_data(32), calibration_dataset=_data(4, offset=100), **scoring)
+    return CGRPOTrainer(
+        model=model_dir,
+        reward_funcs=reward,
+        args=_config(tmp_path, **overrides),
+        train_dataset=_data(32),
+        calibration_dataset=_data(4, offset=100),
+        **scoring,
+    )
 
 
 def _generation_batch(trainer: CGRPOTrainer, prompts: int = 2) -> list[dict]:
@@ -111,8 +133,9 @@ def test_each_increment_is_one_generation_call(tiny_model_dir, tmp_path, monkeyp
         return original(self, prompts)
 
     monkeypatch.setattr(GRPOTrainer, "_generate", spy)
-    trainer = _trainer(tiny_model_dir, tmp_path, extractor=lambda text: None, num_calibration_samples=2,
-                       calibration_batch_size=2)
+    trainer = _trainer(
+        tiny_model_dir, tmp_path, extractor=lambda text: None, num_calibration_samples=2, calibration_batch_size=2
+    )
     _score_batch(trainer, prompts=2)
     # One calibration call (2 prompts x 8), then increments of 2, 2 and 4 completions for both prompts.
     assert sizes == [16, 4, 4, 8]
@@ -124,8 +147,15 @@ def test_recalibrates_exactly_at_configured_steps_and_logs_every_metric(tiny_mod
     trainer.train()
     assert [record["step"] for record in trainer.calibration_history] == [0, 2, 4]
     logged = set().union(*(entry.keys() for entry in trainer.state.log_history))
-    expected = {"cgrpo/mean_k", "cgrpo/rollout_savings", "cgrpo/delta", "cgrpo/calibration_solve_rate",
-                "cgrpo/calibration_rollouts", "cgrpo/calibration_rollouts_total", *(f"cgrpo/qhat_{k}" for k in GRID)}
+    expected = {
+        "cgrpo/mean_k",
+        "cgrpo/rollout_savings",
+        "cgrpo/delta",
+        "cgrpo/calibration_solve_rate",
+        "cgrpo/calibration_rollouts",
+        "cgrpo/calibration_rollouts_total",
+        *(f"cgrpo/qhat_{k}" for k in GRID),
+    }
     assert expected <= logged
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     assert trainer.cgrpo_totals["calibration_rollouts"] == 3 * 4 * 8
@@ -233,17 +263,25 @@ def test_generation_batch_covers_min_generation_prompts(tmp_path, overrides, ste
 
 
 def test_trl_schedule_of_partial_groups_names_the_fix(tmp_path):
-    with pytest.raises(ValueError, match="raise per_device_train_batch_size to a multiple of it for TRL's one "
-                                         "generation batch per step, or set min_generation_prompts"):
-        CGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=GRID, per_device_train_batch_size=12)
+    with pytest.raises(
+        ValueError,
+        match="raise per_device_train_batch_size to a multiple of it for TRL's one "
+        "generation batch per step, or set min_generation_prompts",
+    ):
+        CGRPOConfig(
+            output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=GRID, per_device_train_batch_size=12
+        )
 
 
 def test_invalid_trainer_arguments_raise(tiny_model_dir, tmp_path):
     args = _config(tmp_path)
     common = dict(model=tiny_model_dir, reward_funcs=_length_reward, args=args, train_dataset=_data(8))
     with pytest.raises(TypeError, match="CGRPOConfig"):
-        CGRPOTrainer(**{**common, "args": GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)}, calibration_dataset=_data(2),
-                     answer_extractor=str)
+        CGRPOTrainer(
+            **{**common, "args": GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)},
+            calibration_dataset=_data(2),
+            answer_extractor=str,
+        )
     with pytest.raises(ValueError, match="answer_extractor"):
         CGRPOTrainer(**common, calibration_dataset=_data(2))
     with pytest.raises(ValueError, match="'prompt' column"):
@@ -259,8 +297,11 @@ def test_invalid_trainer_arguments_raise(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="verifier"):
         CGRPOTrainer(**{**common, "args": _config(tmp_path, score="pass_rate")}, calibration_dataset=_data(2))
     with pytest.raises(ValueError, match="need more examples than the calibration set holds"):
-        CGRPOTrainer(**{**common, "args": _config(tmp_path, num_calibration_samples=5)}, calibration_dataset=_data(2),
-                     answer_extractor=str)
+        CGRPOTrainer(
+            **{**common, "args": _config(tmp_path, num_calibration_samples=5)},
+            calibration_dataset=_data(2),
+            answer_extractor=str,
+        )
 
 
 def test_verifier_of_wrong_length_is_an_error(tiny_model_dir, tmp_path):
@@ -273,9 +314,16 @@ def test_initial_thresholds_replace_the_first_calibration(tiny_model_dir, tmp_pa
     from cgrpo.calibration import Thresholds
 
     given = Thresholds(delta=0.2, qhat={2: 0.5, 4: 0.5, 8: 0.5}, solve_rate=0.9, n_calibration=4)
-    trainer = CGRPOTrainer(model=tiny_model_dir, reward_funcs=_length_reward, args=_config(tmp_path, recalibrate_every=2,
-                           max_steps=3), train_dataset=_data(32), calibration_dataset=_data(4, offset=100),
-                           answer_extractor=lambda text: "1", initial_thresholds=given, initial_calibration_rollouts=40)
+    trainer = CGRPOTrainer(
+        model=tiny_model_dir,
+        reward_funcs=_length_reward,
+        args=_config(tmp_path, recalibrate_every=2, max_steps=3),
+        train_dataset=_data(32),
+        calibration_dataset=_data(4, offset=100),
+        answer_extractor=lambda text: "1",
+        initial_thresholds=given,
+        initial_calibration_rollouts=40,
+    )
     trainer.train()
     assert [record["step"] for record in trainer.calibration_history] == [2]
     # The caller's calibration is logged at the first step, like one run by the trainer.
@@ -283,9 +331,15 @@ def test_initial_thresholds_replace_the_first_calibration(tiny_model_dir, tmp_pa
     assert [entry.get("cgrpo/calibration_rollouts") for entry in steps] == [40, None, 32]
     assert [entry["cgrpo/calibration_rollouts_total"] for entry in steps] == [40, 40, 72]
     with pytest.raises(ValueError, match="same grid"):
-        CGRPOTrainer(model=tiny_model_dir, reward_funcs=_length_reward, args=_config(tmp_path), train_dataset=_data(8),
-                     calibration_dataset=_data(2), answer_extractor=str,
-                     initial_thresholds=Thresholds(delta=0.2, qhat={2: 0.5}, solve_rate=0.9, n_calibration=4))
+        CGRPOTrainer(
+            model=tiny_model_dir,
+            reward_funcs=_length_reward,
+            args=_config(tmp_path),
+            train_dataset=_data(8),
+            calibration_dataset=_data(2),
+            answer_extractor=str,
+            initial_thresholds=Thresholds(delta=0.2, qhat={2: 0.5}, solve_rate=0.9, n_calibration=4),
+        )
 
 
 def _raise(*args, **kwargs):
@@ -320,8 +374,9 @@ def test_a_verifier_that_hangs_fails_its_completions_after_its_timeout(tiny_mode
         return [True] * len(completions)
 
     hang_on_the_first_call.called = False
-    trainer = _trainer(tiny_model_dir, tmp_path, score="first_success", verifier=hang_on_the_first_call,
-                       verifier_timeout_s=0.5)
+    trainer = _trainer(
+        tiny_model_dir, tmp_path, score="first_success", verifier=hang_on_the_first_call, verifier_timeout_s=0.5
+    )
     try:
         with caplog.at_level("WARNING", logger="cgrpo.trainer"):
             _score_batch(trainer, prompts=2)
@@ -335,8 +390,10 @@ def test_a_verifier_that_hangs_fails_its_completions_after_its_timeout(tiny_mode
 
 @pytest.mark.parametrize(
     ("reward", "message"),
-    [(lambda completions, **kw: [1.0], "returned 1 rewards for 4 completions"),
-     (lambda completions, **kw: ["good"] * len(completions), "returned 'good', not a number")],
+    [
+        (lambda completions, **kw: [1.0], "returned 1 rewards for 4 completions"),
+        (lambda completions, **kw: ["good"] * len(completions), "returned 'good', not a number"),
+    ],
 )
 def test_a_reward_function_must_return_one_number_per_completion(tiny_model_dir, tmp_path, reward, message):
     trainer = _trainer(tiny_model_dir, tmp_path, reward=reward)

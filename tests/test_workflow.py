@@ -29,10 +29,21 @@ EMBEDDED = REPO / "config" / "config.yaml"
 def snakemake(workdir: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run the workflow's Snakemake in ``workdir`` without the local profile; stdout and stderr are merged."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", "snakemake", "--workflow-profile", "none", "--snakefile", str(SNAKEFILE),
-               "--directory", str(workdir), *args]
-    return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                          timeout=timeout, check=False)
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "--workflow-profile",
+        "none",
+        "--snakefile",
+        str(SNAKEFILE),
+        "--directory",
+        str(workdir),
+        *args,
+    ]
+    return subprocess.run(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=timeout, check=False
+    )
 
 
 def workdir_like_repo(tmp_path: Path) -> Path:
@@ -62,8 +73,11 @@ def test_dry_run(tmp_path, config):
     assert result.returncode == 0, result.stdout
     settings = load(config)
     seeds = len(settings["seeds"])
-    cgrpo_settings = (len(settings["cgrpo"]["budget_grids"]) * len(settings["cgrpo"]["deltas"])
-                      * len(settings["cgrpo"]["recalibrate_every"]))
+    cgrpo_settings = (
+        len(settings["cgrpo"]["budget_grids"])
+        * len(settings["cgrpo"]["deltas"])
+        * len(settings["cgrpo"]["recalibrate_every"])
+    )
     counts = job_counts(result.stdout)
     assert counts["train_cgrpo"] == seeds * cgrpo_settings
     # One rule trains the methods without a calibration: the fixed-G GRPO, DAPO and calibration-free ablation runs.
@@ -105,8 +119,11 @@ def test_profiles():
     assert {"slurm_partition", "runtime", "mem_mb"} <= set(slurm["default-resources"])
     # Every rule that loads the policy (found in the rule files, so a new training rule cannot be missed) gets a GPU
     # on a real cluster and the small limits on the local one.
-    gpu_rules = {match for path in (REPO / "workflow" / "rules").glob("*.smk")
-                 for match in re.findall(r"^rule (train\w*|calibrate|evaluate):", path.read_text(), re.MULTILINE)}
+    gpu_rules = {
+        match
+        for path in (REPO / "workflow" / "rules").glob("*.smk")
+        for match in re.findall(r"^rule (train\w*|calibrate|evaluate):", path.read_text(), re.MULTILINE)
+    }
     assert gpu_rules == {"train_cgrpo", "train", "calibrate", "evaluate"}
     local_slurm = load(REPO / "workflow" / "profiles" / "slurm-local" / "config.yaml")
     for rule in gpu_rules:
@@ -136,7 +153,11 @@ def _set(config: dict, dotted: str, value) -> None:
         ("cgrpo.budget_grids", [[2, 8, 4]], "cgrpo.budget_grids[0]"),
         # smoke.yaml calibrates on 8 examples: 1/(8+1) = 0.111 is the smallest delta they certify.
         ("evaluation.deltas", [0.05], "evaluation.deltas has 0.05, below 1/(n+1) = 0.1111"),
-        ("base_model", {"bootstrap": False, "path": "/no/such/model"}, "config key base_model.path '/no/such/model' does"),
+        (
+            "base_model",
+            {"bootstrap": False, "path": "/no/such/model"},
+            "config key base_model.path '/no/such/model' does",
+        ),
         ("training.learning_rat", 1e-4, "did you mean 'learning_rate'?"),
     ],
 )
@@ -151,8 +172,11 @@ def test_bad_config_is_rejected_naming_the_key(tmp_path, key, value, message):
 
 
 def test_defaults_fill_a_minimal_config(tmp_path):
-    minimal = {"experiment": "minimal", "task": {"name": "arithmetic"},
-               "splits": {"sizes": {"train": 64, "calibration": 16, "eval": 16}}}
+    minimal = {
+        "experiment": "minimal",
+        "task": {"name": "arithmetic"},
+        "splits": {"sizes": {"train": 64, "calibration": 16, "eval": 16}},
+    }
     path = tmp_path / "minimal.yaml"
     path.write_text(yaml.safe_dump(minimal))
     result = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path))

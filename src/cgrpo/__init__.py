@@ -16,8 +16,12 @@ __all__ = ["CGRPOConfig", "CGRPOTrainer", "DynamicSamplingConfig", "DynamicSampl
 
 # TRL takes seconds to import; loading the trainer on first use keeps the pure modules (conformal, calibration)
 # and the pipeline's table and plot steps fast.
-_LAZY = {"CGRPOConfig": "cgrpo.config", "CGRPOTrainer": "cgrpo.trainer",
-         "DynamicSamplingConfig": "cgrpo.dynamic_sampling", "DynamicSamplingGRPOTrainer": "cgrpo.dynamic_sampling"}
+_LAZY = {
+    "CGRPOConfig": "cgrpo.config",
+    "CGRPOTrainer": "cgrpo.trainer",
+    "DynamicSamplingConfig": "cgrpo.dynamic_sampling",
+    "DynamicSamplingGRPOTrainer": "cgrpo.dynamic_sampling",
+}
 
 
 def __getattr__(name: str):

@@ -131,8 +131,7 @@ def sorted_grid(grid: Sequence[int]) -> list[int]:
 def _check_outcomes(outcomes: Sequence, kmax: int) -> None:
     if len(outcomes) < kmax:
         raise ValueError(
-            f"Got {len(outcomes)} outcomes but the largest budget is {kmax}; "
-            f"pass at least {kmax} outcomes per example."
+            f"Got {len(outcomes)} outcomes but the largest budget is {kmax}; pass at least {kmax} outcomes per example."
         )
 
 
@@ -169,9 +168,7 @@ def example_scores(
     _check_aps_args(score, rng)
     if score == "aps":
         if gold is None:
-            raise ValueError(
-                "The 'aps' score needs the example's gold answer; pass gold=<normalised answer>."
-            )
+            raise ValueError("The 'aps' score needs the example's gold answer; pass gold=<normalised answer>.")
         return {k: aps_score(gold, outcomes, k, rng) for k in budgets}
     score_fn = _PASS_SCORES[score]
     return {k: score_fn(outcomes, k) for k in budgets}
@@ -202,12 +199,9 @@ def calibration_scores(
         if golds is None:
             raise ValueError("The 'aps' score needs gold answers; pass golds=[one per example].")
         if len(golds) != len(examples):
-            raise ValueError(
-                f"Got {len(golds)} golds for {len(examples)} examples; pass exactly one gold per example."
-            )
+            raise ValueError(f"Got {len(golds)} golds for {len(examples)} examples; pass exactly one gold per example.")
         per_example = [
-            example_scores(score, budgets, outcomes, gold=gold, rng=rng)
-            for outcomes, gold in zip(examples, golds)
+            example_scores(score, budgets, outcomes, gold=gold, rng=rng) for outcomes, gold in zip(examples, golds)
         ]
     else:
         per_example = [example_scores(score, budgets, outcomes) for outcomes in examples]
@@ -245,16 +239,13 @@ def fit_thresholds(
     if any(len(col) != n for col in columns.values()):
         lengths = {k: len(col) for k, col in columns.items()}
         raise ValueError(
-            f"Score lists differ in length across budgets {lengths}; "
-            "pass one score per example at every budget."
+            f"Score lists differ in length across budgets {lengths}; pass one score per example at every budget."
         )
     kmax = budgets[-1]
 
     if delta is None and split_delta:
         if n < 2:
-            raise ValueError(
-                f"split_delta needs at least 2 examples, got {n}; add examples or pass split_delta=False."
-            )
+            raise ValueError(f"split_delta needs at least 2 examples, got {n}; add examples or pass split_delta=False.")
         half = n // 2
         fit_columns = {k: col[half:] for k, col in columns.items()}
         chosen_delta, solve_rate = _auto_delta(columns[kmax][:half], delta_margin, n - half)
@@ -288,7 +279,10 @@ def _warn_if_unsupported(delta: float, n: int) -> None:
         logger.warning(
             "delta=%g is below 1/(n+1)=%.4f for n=%d calibration examples: no threshold certifies it, so every qhat "
             "is 1.0 and prompts stop only when all answers agree; use delta >= %.4f or more calibration examples.",
-            delta, smallest_supported_delta(n), n, smallest_supported_delta(n),
+            delta,
+            smallest_supported_delta(n),
+            n,
+            smallest_supported_delta(n),
         )
 
 

@@ -120,18 +120,24 @@ class CGRPOConfig(GRPOConfig):
 
     budget_grid: list[int] = field(
         default_factory=lambda: [2, 4, 8, 16, 32],
-        metadata={"help": "Increasing per-prompt sampling budgets; a prompt stops at the first budget whose conformal "
-                          "prediction set is a singleton."},
+        metadata={
+            "help": "Increasing per-prompt sampling budgets; a prompt stops at the first budget whose conformal "
+            "prediction set is a singleton."
+        },
     )
     stopping_rule: str = field(
         default="conformal",
-        metadata={"help": "When a prompt stops: 'conformal' (calibrated thresholds), or the calibration-free "
-                          "'unanimous' (all outcomes so far agree) or 'share' (the top answer holds stop_share of them)."},
+        metadata={
+            "help": "When a prompt stops: 'conformal' (calibrated thresholds), or the calibration-free "
+            "'unanimous' (all outcomes so far agree) or 'share' (the top answer holds stop_share of them)."
+        },
     )
     stop_share: float = field(
         default=0.75,
-        metadata={"help": "Share tau in (0, 1] of the outcomes so far the most frequent answer must hold for the "
-                          "'share' rule to stop a prompt."},
+        metadata={
+            "help": "Share tau in (0, 1] of the outcomes so far the most frequent answer must hold for the "
+            "'share' rule to stop a prompt."
+        },
     )
     num_generations: int | None = field(
         default=None,
@@ -139,8 +145,10 @@ class CGRPOConfig(GRPOConfig):
     )
     conformal_delta: float | None = field(
         default=None,
-        metadata={"help": "Miscoverage level of the conformal sets in (0, 1); None chooses it automatically from the "
-                          "calibration solve rate at every calibration."},
+        metadata={
+            "help": "Miscoverage level of the conformal sets in (0, 1); None chooses it automatically from the "
+            "calibration solve rate at every calibration."
+        },
     )
     delta_margin: float = field(
         default=DELTA_MARGIN,
@@ -148,23 +156,31 @@ class CGRPOConfig(GRPOConfig):
     )
     split_delta: bool = field(
         default=False,
-        metadata={"help": "With automatic delta, choose delta on the first half of the calibration set and fit the "
-                          "thresholds on the second half."},
+        metadata={
+            "help": "With automatic delta, choose delta on the first half of the calibration set and fit the "
+            "thresholds on the second half."
+        },
     )
     score: str = field(
         default="aps",
-        metadata={"help": "Nonconformity score: 'aps' (answer agreement), 'first_success' or 'pass_rate' (execution "
-                          "scores from a verifier)."},
+        metadata={
+            "help": "Nonconformity score: 'aps' (answer agreement), 'first_success' or 'pass_rate' (execution "
+            "scores from a verifier)."
+        },
     )
     verifier_timeout_s: float | None = field(
         default=VERIFIER_TIMEOUT_S,
-        metadata={"help": "Seconds one verifier call (one prompt's completions) may take before its completions count "
-                          "as fails; None waits forever. A call that times out is abandoned in a background thread."},
+        metadata={
+            "help": "Seconds one verifier call (one prompt's completions) may take before its completions count "
+            "as fails; None waits forever. A call that times out is abandoned in a background thread."
+        },
     )
     recalibrate_every: int = field(
         default=50,
-        metadata={"help": "Refit the thresholds every this many optimizer steps (at the first generation batch due); 0 "
-                          "calibrates once before training."},
+        metadata={
+            "help": "Refit the thresholds every this many optimizer steps (at the first generation batch due); 0 "
+            "calibrates once before training."
+        },
     )
     num_calibration_samples: int | None = field(
         default=None,
@@ -172,21 +188,27 @@ class CGRPOConfig(GRPOConfig):
     )
     calibration_holdout: int = field(
         default=0,
-        metadata={"help": "Calibration-dataset examples after the calibration examples on which each calibration's "
-                          "thresholds are checked (coverage per k, a diagnostic costed apart); 0 turns it off."},
+        metadata={
+            "help": "Calibration-dataset examples after the calibration examples on which each calibration's "
+            "thresholds are checked (coverage per k, a diagnostic costed apart); 0 turns it off."
+        },
     )
     min_generation_prompts: int | None = field(
         default=None,
-        metadata={"help": "None keeps TRL's schedule (one generation batch per optimizer step). An integer shares one "
-                          "generation batch of at least this many prompts per process over several optimizer steps, so "
-                          "that each budget round's generation call stays full (faster), at the cost of training the "
-                          "later steps on completions of an older policy; it sets steps_per_generation when neither it "
-                          "nor generation_batch_size is given."},
+        metadata={
+            "help": "None keeps TRL's schedule (one generation batch per optimizer step). An integer shares one "
+            "generation batch of at least this many prompts per process over several optimizer steps, so "
+            "that each budget round's generation call stays full (faster), at the cost of training the "
+            "later steps on completions of an older policy; it sets steps_per_generation when neither it "
+            "nor generation_batch_size is given."
+        },
     )
     calibration_batch_size: int | None = field(
         default=None,
-        metadata={"help": "Calibration prompts per generation call; None means the prompts of one generation batch, "
-                          "per_device_train_batch_size * steps_per_generation // max(budget_grid), at least 1."},
+        metadata={
+            "help": "Calibration prompts per generation call; None means the prompts of one generation batch, "
+            "per_device_train_batch_size * steps_per_generation // max(budget_grid), at least 1."
+        },
     )
     calibration_answer_column: str = field(
         default="answer",
@@ -198,8 +220,10 @@ class CGRPOConfig(GRPOConfig):
     )
     drop_unanimous: bool = field(
         default=False,
-        metadata={"help": "Drop the groups whose rewards all agree (such as those stopped at unanimity) instead of "
-                          "training on them, and refill the generation batch with new prompts (dynamic sampling)."},
+        metadata={
+            "help": "Drop the groups whose rewards all agree (such as those stopped at unanimity) instead of "
+            "training on them, and refill the generation batch with new prompts (dynamic sampling)."
+        },
     )
     max_sampling_rounds: int = field(
         default=10,
@@ -207,18 +231,24 @@ class CGRPOConfig(GRPOConfig):
     )
     prompts_per_round: int | None = field(
         default=None,
-        metadata={"help": "With drop_unanimous, prompts sampled per round, all processes together; None means one "
-                          "generation batch of prompts."},
+        metadata={
+            "help": "With drop_unanimous, prompts sampled per round, all processes together; None means one "
+            "generation batch of prompts."
+        },
     )
     filter_metric: str | None = field(
         default=None,
-        metadata={"help": "With drop_unanimous, the reward function (as TRL names it) whose rewards alone decide which "
-                          "groups are informative; None tests the combined reward."},
+        metadata={
+            "help": "With drop_unanimous, the reward function (as TRL names it) whose rewards alone decide which "
+            "groups are informative; None tests the combined reward."
+        },
     )
     allow_short_batch: bool = field(
         default=False,
-        metadata={"help": "With drop_unanimous, train on the informative groups found when the rounds are spent short "
-                          "of a full batch, instead of stopping with an error."},
+        metadata={
+            "help": "With drop_unanimous, train on the informative groups found when the rounds are spent short "
+            "of a full batch, instead of stopping with an error."
+        },
     )
 
     def __post_init__(self):
@@ -244,8 +274,14 @@ class CGRPOConfig(GRPOConfig):
                 f"({self.gradient_accumulation_steps}), so that each optimizer step's micro-batches come from one "
                 "generation batch; change one of them."
             )
-        check_whole_groups(self.per_device_train_batch_size, self.steps_per_generation, "steps_per_generation",
-                           self.max_budget, "max(budget_grid)", "adjust the batch size")
+        check_whole_groups(
+            self.per_device_train_batch_size,
+            self.steps_per_generation,
+            "steps_per_generation",
+            self.max_budget,
+            "max(budget_grid)",
+            "adjust the batch size",
+        )
         validate_dynamic_sampling(self, 1)
         if self.calibration_batch_size is None:
             generation_rows = self.per_device_train_batch_size * self.steps_per_generation
@@ -271,10 +307,15 @@ class CGRPOConfig(GRPOConfig):
         return steps
 
     def _check_trl_schedule_holds_whole_groups(self) -> None:
-        check_whole_groups(self.per_device_train_batch_size, self.gradient_accumulation_steps,
-                           "gradient_accumulation_steps", self.max_budget, "max(budget_grid)",
-                           "raise per_device_train_batch_size to a multiple of it for TRL's one generation batch per "
-                           "step, or set min_generation_prompts to share a generation batch over several steps")
+        check_whole_groups(
+            self.per_device_train_batch_size,
+            self.gradient_accumulation_steps,
+            "gradient_accumulation_steps",
+            self.max_budget,
+            "max(budget_grid)",
+            "raise per_device_train_batch_size to a multiple of it for TRL's one generation batch per "
+            "step, or set min_generation_prompts to share a generation batch over several steps",
+        )
 
     def _validate_budget_grid(self) -> None:
         self.budget_grid = training_grid(self.budget_grid)
@@ -283,7 +324,9 @@ class CGRPOConfig(GRPOConfig):
         if self.verifier_timeout_s is not None and not self.verifier_timeout_s > 0:
             raise ValueError(f"verifier_timeout_s must be positive or None, got {self.verifier_timeout_s}.")
         if self.conformal_delta is not None and not 0.0 < self.conformal_delta < 1.0:
-            raise ValueError(f"conformal_delta must lie in (0, 1) or be None for automatic, got {self.conformal_delta}.")
+            raise ValueError(
+                f"conformal_delta must lie in (0, 1) or be None for automatic, got {self.conformal_delta}."
+            )
         if self.delta is not None and self.delta <= 1.0:
             raise ValueError(
                 f"delta={self.delta} is TRL's two-sided clipping bound of the loss (it must exceed 1 + epsilon); "
@@ -292,27 +335,37 @@ class CGRPOConfig(GRPOConfig):
         if not 0.0 <= self.delta_margin < 1.0:
             raise ValueError(f"delta_margin must lie in [0, 1), got {self.delta_margin}.")
         if self.split_delta and self.conformal_delta is not None:
-            raise ValueError("split_delta only applies to the automatic delta; set conformal_delta=None or drop split_delta.")
+            raise ValueError(
+                "split_delta only applies to the automatic delta; set conformal_delta=None or drop split_delta."
+            )
         if self.stopping_rule not in STOPPING_RULES:
             raise ValueError(f"stopping_rule must be one of {', '.join(STOPPING_RULES)}, got {self.stopping_rule!r}.")
         if not (isinstance(self.stop_share, (int, float)) and 0.0 < self.stop_share <= 1.0):
             raise ValueError(f"stop_share must lie in (0, 1], got {self.stop_share!r}.")
         if not isinstance(self.calibration_holdout, int) or self.calibration_holdout < 0:
-            raise ValueError(f"calibration_holdout must be a non-negative integer (0 turns it off), got "
-                             f"{self.calibration_holdout!r}.")
+            raise ValueError(
+                f"calibration_holdout must be a non-negative integer (0 turns it off), got "
+                f"{self.calibration_holdout!r}."
+            )
         if self.calibration_holdout and not self.calibrated:
-            raise ValueError(f"calibration_holdout checks calibrated thresholds, which stopping_rule="
-                             f"{self.stopping_rule!r} has none of; set calibration_holdout=0 or use the conformal rule.")
+            raise ValueError(
+                f"calibration_holdout checks calibrated thresholds, which stopping_rule="
+                f"{self.stopping_rule!r} has none of; set calibration_holdout=0 or use the conformal rule."
+            )
         if self.score not in SCORES:
             raise ValueError(f"score must be one of {', '.join(SCORES)}, got {self.score!r}.")
         if self.recalibrate_every < 0:
             raise ValueError(f"recalibrate_every must be >= 0 (0 calibrates once), got {self.recalibrate_every}.")
         if self.num_calibration_samples is not None and self.num_calibration_samples < 1:
-            raise ValueError(f"num_calibration_samples must be a positive integer or None, got {self.num_calibration_samples}.")
+            raise ValueError(
+                f"num_calibration_samples must be a positive integer or None, got {self.num_calibration_samples}."
+            )
         if self.min_generation_prompts is not None and self.min_generation_prompts < 1:
             raise ValueError(
                 f"min_generation_prompts must be a positive integer, or None for TRL's schedule, got "
                 f"{self.min_generation_prompts}."
             )
         if self.calibration_batch_size is not None and self.calibration_batch_size < 1:
-            raise ValueError(f"calibration_batch_size must be a positive integer or None, got {self.calibration_batch_size}.")
+            raise ValueError(
+                f"calibration_batch_size must be a positive integer or None, got {self.calibration_batch_size}."
+            )

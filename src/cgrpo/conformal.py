@@ -62,16 +62,12 @@ def _check_k(k: int, n_available: int, what: str) -> None:
     if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}; pass a budget of at least 1.")
     if k > n_available:
-        raise ValueError(
-            f"k={k} exceeds the {n_available} {what} given; pass at least k {what} or a smaller k."
-        )
+        raise ValueError(f"k={k} exceeds the {n_available} {what} given; pass at least k {what} or a smaller k.")
 
 
 def _check_qhat(qhat: float) -> None:
     if not _is_real(qhat) or math.isnan(qhat):
-        raise ValueError(
-            f"qhat must be a real number, got {qhat!r}; pass a threshold from conformal_quantile."
-        )
+        raise ValueError(f"qhat must be a real number, got {qhat!r}; pass a threshold from conformal_quantile.")
 
 
 def _is_failed(answer: Answer) -> bool:
@@ -109,9 +105,7 @@ def conformal_quantile(scores: Sequence[float], delta: float) -> float:
     return float(np.partition(arr, rank - 1)[rank - 1])
 
 
-def _ranked_answers(
-    answers: Sequence[Answer], k: int, rng: random.Random
-) -> list[tuple[Answer, int]]:
+def _ranked_answers(answers: Sequence[Answer], k: int, rng: random.Random) -> list[tuple[Answer, int]]:
     """Distinct extracted answers among the first ``k``, with counts, in APS order.
 
     Consumes exactly one ``rng.random()`` per distinct non-failed answer, in
@@ -155,9 +149,7 @@ def aps_score(gold: Answer, answers: Sequence[Answer], k: int, rng: random.Rando
     return 1.0
 
 
-def prediction_set(
-    answers: Sequence[Answer], k: int, qhat: float, rng: random.Random
-) -> list[Answer]:
+def prediction_set(answers: Sequence[Answer], k: int, qhat: float, rng: random.Random) -> list[Answer]:
     """APS prediction set: ranked answers accumulated until their mass reaches ``qhat``.
 
     Answers are taken in the same order as in :func:`aps_score` (same
@@ -183,9 +175,7 @@ def prediction_set(
     return chosen
 
 
-def resolves_singleton(
-    answers: Sequence[Answer], k: int, qhat: float, rng: random.Random
-) -> bool:
+def resolves_singleton(answers: Sequence[Answer], k: int, qhat: float, rng: random.Random) -> bool:
     """True iff the APS set is one answer whose own mass is at least ``qhat``.
 
     The mass condition matters when extractions fail: a lone extracted answer

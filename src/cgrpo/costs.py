@@ -39,9 +39,7 @@ def _positive_groups(groups: int | Iterable[int]) -> int:
     return total
 
 
-def rollout_savings(
-    generated: int | Iterable[int], groups: int | Iterable[int], k_max: int
-) -> float:
+def rollout_savings(generated: int | Iterable[int], groups: int | Iterable[int], k_max: int) -> float:
     """Generation-only savings ``1 - generated / (groups * k_max)``.
 
     Relative to fixed-group GRPO with ``G = k_max = max(grid)`` over the same

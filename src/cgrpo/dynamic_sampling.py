@@ -29,8 +29,17 @@ from .support import SupportedGRPOTrainer, refuse_ignore_data_skip
 # The DAPO recipe samples gen_batch_size = 3 x train_batch_size prompts per round.
 DAPO_ROUNDS_OF_PROMPTS = 3
 
-__all__ = ["TOTALS_KEYS", "DynamicSampler", "DynamicSamplingConfig", "DynamicSamplingGRPOTrainer", "PromptStream",
-           "SharePlan", "informative_groups", "share_plan", "validate_dynamic_sampling"]
+__all__ = [
+    "TOTALS_KEYS",
+    "DynamicSampler",
+    "DynamicSamplingConfig",
+    "DynamicSamplingGRPOTrainer",
+    "PromptStream",
+    "SharePlan",
+    "informative_groups",
+    "share_plan",
+    "validate_dynamic_sampling",
+]
 
 
 # ---------------------------------------------------------------------- the config
@@ -69,23 +78,30 @@ class DynamicSamplingConfig(GRPOConfig):
 
     prompts_per_round: int | None = field(
         default=None,
-        metadata={"help": "Prompts sampled per round, all processes together (verl's gen_batch_size); None means three "
-                          "generation batches of prompts, 3 * generation_batch_size // num_generations."},
+        metadata={
+            "help": "Prompts sampled per round, all processes together (verl's gen_batch_size); None means three "
+            "generation batches of prompts, 3 * generation_batch_size // num_generations."
+        },
     )
     max_sampling_rounds: int = field(
         default=10,
-        metadata={"help": "Most generation rounds per generation batch, the first included (verl's "
-                          "max_num_gen_batches)."},
+        metadata={
+            "help": "Most generation rounds per generation batch, the first included (verl's max_num_gen_batches)."
+        },
     )
     filter_metric: str | None = field(
         default=None,
-        metadata={"help": "Name of the reward function (as TRL names it) whose rewards alone decide whether a group "
-                          "is informative (verl's filter_groups.metric); None tests the combined reward."},
+        metadata={
+            "help": "Name of the reward function (as TRL names it) whose rewards alone decide whether a group "
+            "is informative (verl's filter_groups.metric); None tests the combined reward."
+        },
     )
     allow_short_batch: bool = field(
         default=False,
-        metadata={"help": "Train on the informative groups found when the rounds are spent short of a full batch, "
-                          "instead of stopping with an error as verl does."},
+        metadata={
+            "help": "Train on the informative groups found when the rounds are spent short of a full batch, "
+            "instead of stopping with an error as verl does."
+        },
     )
 
     def __post_init__(self):
@@ -137,11 +153,14 @@ class DynamicSamplingGRPOTrainer(SupportedGRPOTrainer):
     text_only_reason = "image inputs are not carried through the refill rounds"
     generation_batch_fix = "lower steps_per_generation or generation_batch_size"
 
-    def __init__(self, model, reward_funcs=None, args: DynamicSamplingConfig | None = None, train_dataset=None, *more,
-                 **kwargs):
+    def __init__(
+        self, model, reward_funcs=None, args: DynamicSamplingConfig | None = None, train_dataset=None, *more, **kwargs
+    ):
         if not isinstance(args, DynamicSamplingConfig):
-            raise TypeError("DynamicSamplingGRPOTrainer needs args=DynamicSamplingConfig(...), which carries the "
-                            "dynamic sampling options.")
+            raise TypeError(
+                "DynamicSamplingGRPOTrainer needs args=DynamicSamplingConfig(...), which carries the "
+                "dynamic sampling options."
+            )
         super().__init__(model, checked_reward_funcs(reward_funcs), args, train_dataset, *more, **kwargs)
         self._sampler = DynamicSampler(self, rows_multiple=args.steps_per_generation)
         self.dynamic_totals = self._sampler.totals
@@ -181,4 +200,3 @@ class DynamicSamplingGRPOTrainer(SupportedGRPOTrainer):
 
     def _generate_round(self, examples: list[dict[str, Any]]):
         return self._generate([example["prompt"] for example in examples]), None
-

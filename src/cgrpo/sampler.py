@@ -82,16 +82,29 @@ __all__ = [
 ]
 
 TOTALS_KEYS = (
-    "train_rollouts", "train_tokens", "generation_s", "rounds", "generation_batches", "short_batches",
-    "groups_sampled", "groups_kept", "groups_dropped", "groups_surplus", "groups_zero_variance_trained",
-    "groups_moved", "refill_prompts",
+    "train_rollouts",
+    "train_tokens",
+    "generation_s",
+    "rounds",
+    "generation_batches",
+    "short_batches",
+    "groups_sampled",
+    "groups_kept",
+    "groups_dropped",
+    "groups_surplus",
+    "groups_zero_variance_trained",
+    "groups_moved",
+    "refill_prompts",
 )
 # The file name of the sampler's per-process state in a checkpoint.
 STATE_NAME = "dynamic_sampling"
 
+
 # ---------------------------------------------------------------------- the filter
 def informative_groups(
-    rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int,
+    rewards_per_func: torch.Tensor,
+    weights: torch.Tensor,
+    group_size: int,
     aggregation: str = "sum_then_normalize",
 ) -> torch.Tensor:
     """Which groups carry reward variance: a bool per group of `group_size` consecutive rows.
@@ -113,8 +126,10 @@ def informative_groups(
         mean, std = _nan_mean_std(grouped, dim=1)
         grouped = (grouped - mean) / (std + 1e-4)
     elif aggregation != "sum_then_normalize":
-        raise ValueError(f"Unknown multi_objective_aggregation {aggregation!r}; expected 'sum_then_normalize' or "
-                         "'normalize_then_sum'.")
+        raise ValueError(
+            f"Unknown multi_objective_aggregation {aggregation!r}; expected 'sum_then_normalize' or "
+            "'normalize_then_sum'."
+        )
     rewards = (grouped * weights).nansum(dim=2).masked_fill(unscorable, math.nan)
     std = _nan_mean_std(rewards, dim=1)[1].squeeze(1)
     return ~torch.isnan(std) & ~torch.isclose(std, torch.zeros_like(std))
@@ -200,8 +215,14 @@ def share_plan(counts: Sequence[int], local_target: int, unit: int = 1) -> Share
         taken, surplus = surplus[:need], surplus[need:]
         moves += [(src, j, k) for src, j in taken]
         zero_variance.append(need - len(taken))
-    return SharePlan(share=share, moves=moves, zero_variance=zero_variance, found=found,
-                     kept=min(found, share * processes), fallback=fallback)
+    return SharePlan(
+        share=share,
+        moves=moves,
+        zero_variance=zero_variance,
+        found=found,
+        kept=min(found, share * processes),
+        fallback=fallback,
+    )
 
 
 # ---------------------------------------------------------------------- the sampler
@@ -298,8 +319,10 @@ class DynamicSampler:
         accelerator = trainer.accelerator
         processes, rank = accelerator.num_processes, accelerator.process_index
         if len(inputs) % width:
-            raise ValueError(f"The generation batch holds {len(inputs)} rows, not whole groups of {width}; make "
-                             "per_device_train_batch_size * steps_per_generation a multiple of num_generations.")
+            raise ValueError(
+                f"The generation batch holds {len(inputs)} rows, not whole groups of {width}; make "
+                "per_device_train_batch_size * steps_per_generation a multiple of num_generations."
+            )
         local_target = len(inputs) // width
         target = local_target * processes
         per_round = self.prompts_per_round // processes
@@ -333,9 +356,10 @@ class DynamicSampler:
             reward_rows += int(scorable.sum().item())
             local = rewards[rank * len(examples) : (rank + 1) * len(examples)].cpu()
             groups.extend(self._split_groups(examples, generated, pad, extras, local, informative, rank, per_round))
-            rows_tokens += torch.tensor([sum(not p for p in pad),
-                                         sum(len(ids) for ids, p in zip(generated.completion_ids, pad) if not p)],
-                                        dtype=torch.float64)
+            rows_tokens += torch.tensor(
+                [sum(not p for p in pad), sum(len(ids) for ids, p in zip(generated.completion_ids, pad) if not p)],
+                dtype=torch.float64,
+            )
             found = int(torch.stack(flags).sum().item())
             if found >= target or rounds >= self.max_rounds:
                 break
@@ -374,12 +398,15 @@ class DynamicSampler:
         pending = getattr(self.trainer, "_pending_extra_logs", None)
         if not pending:
             return {}
-        extras = {column: [values[i] if i < len(values) else None for i in range(rows)]
-                  for column, values in pending.items()}
+        extras = {
+            column: [values[i] if i < len(values) else None for i in range(rows)] for column, values in pending.items()
+        }
         pending.clear()
         return extras
 
-    def _split_groups(self, examples, generated: Generated, pad, extras, rewards, informative, rank, per_round) -> list[_Group]:
+    def _split_groups(
+        self, examples, generated: Generated, pad, extras, rewards, informative, rank, per_round
+    ) -> list[_Group]:
         width = self.group_size
         logprobs = generated.logprobs
         groups = []
@@ -414,8 +441,9 @@ class DynamicSampler:
         kept += [g for g in groups if not g.informative][: plan.zero_variance[rank]]
         return kept, plan
 
-    def _record(self, plan: SharePlan, rounds: int, refill: int, target: int, rows_tokens: torch.Tensor,
-                sampled_reward: float) -> None:
+    def _record(
+        self, plan: SharePlan, rounds: int, refill: int, target: int, rows_tokens: torch.Tensor, sampled_reward: float
+    ) -> None:
         trainer = self.trainer
         device = trainer.accelerator.device
         rollouts, tokens = trainer.accelerator.gather(rows_tokens.to(device).unsqueeze(0)).sum(dim=0).tolist()
@@ -424,26 +452,52 @@ class DynamicSampler:
         surplus = found - kept
         dropped = sampled - found - zero_variance
         short = kept < target
-        for key, value in (("train_rollouts", rollouts), ("train_tokens", tokens), ("rounds", rounds),
-                           ("generation_batches", 1), ("short_batches", int(short)), ("groups_sampled", sampled),
-                           ("groups_kept", kept), ("groups_dropped", dropped), ("groups_surplus", surplus),
-                           ("groups_zero_variance_trained", zero_variance),
-                           ("groups_moved", len(plan.moves)), ("refill_prompts", refill)):
+        for key, value in (
+            ("train_rollouts", rollouts),
+            ("train_tokens", tokens),
+            ("rounds", rounds),
+            ("generation_batches", 1),
+            ("short_batches", int(short)),
+            ("groups_sampled", sampled),
+            ("groups_kept", kept),
+            ("groups_dropped", dropped),
+            ("groups_surplus", surplus),
+            ("groups_zero_variance_trained", zero_variance),
+            ("groups_moved", len(plan.moves)),
+            ("refill_prompts", refill),
+        ):
             self.totals[key] += value
         metrics = trainer._metrics["train"]
-        for name, value in (("rollouts_generated", rollouts), ("tokens_generated", tokens), ("rounds", rounds),
-                            ("groups_sampled", sampled), ("groups_dropped", dropped), ("groups_surplus", surplus),
-                            ("informative_groups", kept), ("informative_rate", found / sampled),
-                            ("short_batch", float(short)), ("sampled_reward_mean", sampled_reward)):
+        for name, value in (
+            ("rollouts_generated", rollouts),
+            ("tokens_generated", tokens),
+            ("rounds", rounds),
+            ("groups_sampled", sampled),
+            ("groups_dropped", dropped),
+            ("groups_surplus", surplus),
+            ("informative_groups", kept),
+            ("informative_rate", found / sampled),
+            ("short_batch", float(short)),
+            ("sampled_reward_mean", sampled_reward),
+        ):
             metrics[f"dynamic/{name}"].append(float(value))
         if short and trainer.accelerator.is_main_process:
-            what = (f"training on {kept} informative groups" if not plan.fallback else
-                    f"too few for a batch, so training on {plan.share} groups per process, {zero_variance} of them "
-                    "zero-variance (zero advantage)")
+            what = (
+                f"training on {kept} informative groups"
+                if not plan.fallback
+                else f"too few for a batch, so training on {plan.share} groups per process, {zero_variance} of them "
+                "zero-variance (zero advantage)"
+            )
             logger.warning(
                 "Dynamic sampling: %d informative groups of the %d the batch needs after %d rounds "
                 "(max_sampling_rounds=%d, %d groups sampled, %d dropped); %s.",
-                found, target, rounds, self.max_rounds, sampled, dropped, what,
+                found,
+                target,
+                rounds,
+                self.max_rounds,
+                sampled,
+                dropped,
+                what,
             )
 
     def _set_replay(self, kept: list[_Group]) -> tuple[list[dict], list[bool]]:
@@ -469,8 +523,7 @@ class DynamicSampler:
         local = sorted({column for g in kept for column in g.extras})
         columns = sorted({c for part in gather_object([local]) for c in part})
         for column in columns:
-            pending[column].extend(value for g in kept
-                                   for value in g.extras.get(column, [None] * self.group_size))
+            pending[column].extend(value for g in kept for value in g.extras.get(column, [None] * self.group_size))
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -502,8 +555,14 @@ def validate_dynamic_sampling(config: GRPOConfig, default_rounds_of_prompts: int
             f"{rounds!r}."
         )
     # Dynamic sampling keeps or drops whole groups.
-    check_whole_groups(config.per_device_train_batch_size, config.steps_per_generation, "steps_per_generation",
-                       config.num_generations, "num_generations", "adjust the batch size")
+    check_whole_groups(
+        config.per_device_train_batch_size,
+        config.steps_per_generation,
+        "steps_per_generation",
+        config.num_generations,
+        "num_generations",
+        "adjust the batch size",
+    )
     batch_prompts = config.generation_batch_size // config.num_generations
     if config.prompts_per_round is None:
         config.prompts_per_round = default_rounds_of_prompts * batch_prompts

@@ -84,13 +84,17 @@ def free_stopping_budgets(
     ``max(grid)`` when none does. Each prompt needs at least ``max(grid)`` outcomes.
     """
     if rule not in CALIBRATION_FREE_RULES:
-        raise ValueError(f"rule must be one of {', '.join(CALIBRATION_FREE_RULES)}, got {rule!r}; replay the "
-                         "conformal rule with cgrpo.calibration.stopping_budgets.")
+        raise ValueError(
+            f"rule must be one of {', '.join(CALIBRATION_FREE_RULES)}, got {rule!r}; replay the "
+            "conformal rule with cgrpo.calibration.stopping_budgets."
+        )
     budgets = sorted_grid(grid)
     chosen = []
     for outcomes in outcomes_per_prompt:
         if len(outcomes) < budgets[-1]:
-            raise ValueError(f"Got {len(outcomes)} outcomes for a prompt but the largest budget is {budgets[-1]}; "
-                             "pass at least that many per prompt.")
+            raise ValueError(
+                f"Got {len(outcomes)} outcomes for a prompt but the largest budget is {budgets[-1]}; "
+                "pass at least that many per prompt."
+            )
         chosen.append(next((k for k in budgets if rule_stops(rule, score, k, outcomes, tau=tau)), budgets[-1]))
     return chosen

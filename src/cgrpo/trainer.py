@@ -133,13 +133,15 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
     _tag_names: ClassVar[list[str]] = ["trl", "grpo", "cgrpo"]
     unsupported_arguments: ClassVar[dict[str, str]] = {
         "tools": "tool calls turn one completion into several generation rounds, which the budget increments do not "
-                 "model",
+        "model",
         "rollout_func": "a custom rollout function owns generation, so C-GRPO cannot sample in budget increments",
         "environment_factory": "environments own the rollout, so C-GRPO cannot sample in budget increments",
     }
     text_only_reason = "vision-language inputs are not split into budget increments"
-    generation_batch_fix = ("lower min_generation_prompts (or set it to None for TRL's one generation batch per "
-                            "step), steps_per_generation or generation_batch_size")
+    generation_batch_fix = (
+        "lower min_generation_prompts (or set it to None for TRL's one generation batch per "
+        "step), steps_per_generation or generation_batch_size"
+    )
 
     def __init__(
         self,
@@ -156,7 +158,9 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
         **kwargs,
     ):
         if not isinstance(args, CGRPOConfig):
-            raise TypeError("CGRPOTrainer needs args=CGRPOConfig(...), which carries the budget grid and conformal options.")
+            raise TypeError(
+                "CGRPOTrainer needs args=CGRPOConfig(...), which carries the budget grid and conformal options."
+            )
         self._calibration_examples, self._holdout_examples = calibration_examples(calibration_dataset, args)
         check_scoring(args, answer_extractor, verifier)
         check_initial_thresholds(initial_thresholds, args)
@@ -366,8 +370,15 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
 
     def _stops(self, k: int, outcomes: list) -> bool:
         args = self.args
-        return rule_stops(args.stopping_rule, args.score, k, outcomes, qhat_k=None if self.thresholds is None else self.thresholds.qhat[k],
-                          tau=args.stop_share, rng=self.cgrpo_state.stopping_rng)
+        return rule_stops(
+            args.stopping_rule,
+            args.score,
+            k,
+            outcomes,
+            qhat_k=None if self.thresholds is None else self.thresholds.qhat[k],
+            tau=args.stop_share,
+            rng=self.cgrpo_state.stopping_rng,
+        )
 
     def _generate_rows(self, prompts: list, per_prompt: int, throwaway_prompt):
         """One TRL generation call whose prompts repeat `per_prompt` times each; returns ids, texts and logprobs.
@@ -405,8 +416,13 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
         if self.args.score == "aps":
             return [self._extract(text) for text in texts]
         columns = {key: value for key, value in example.items() if key != "prompt"}
-        return verify(self.verifier, texts, columns, self.args.verifier_timeout_s,
-                      lambda error: self._count_user_error("verifier_errors", error))
+        return verify(
+            self.verifier,
+            texts,
+            columns,
+            self.args.verifier_timeout_s,
+            lambda error: self._count_user_error("verifier_errors", error),
+        )
 
     def _extract(self, text: str) -> str | None:
         try:

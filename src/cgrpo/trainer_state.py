@@ -10,9 +10,22 @@ from typing import Any
 from .calibration import Thresholds
 
 # Keys of `CGRPOState.totals` (documented with `CGRPOTrainer.cgrpo_totals`).
-TOTALS_KEYS = ("train_rollouts", "train_tokens", "groups", "lockstep_rollouts", "calibration_rollouts",
-               "calibration_tokens", "generation_s", "calibration_s", "extraction_errors", "verifier_errors",
-               "holdout_rollouts", "holdout_tokens", "holdout_s", "holdout_cpu_s")
+TOTALS_KEYS = (
+    "train_rollouts",
+    "train_tokens",
+    "groups",
+    "lockstep_rollouts",
+    "calibration_rollouts",
+    "calibration_tokens",
+    "generation_s",
+    "calibration_s",
+    "extraction_errors",
+    "verifier_errors",
+    "holdout_rollouts",
+    "holdout_tokens",
+    "holdout_s",
+    "holdout_cpu_s",
+)
 
 
 @dataclass

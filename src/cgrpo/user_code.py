@@ -39,8 +39,9 @@ def call_with_timeout(func: Callable[[], T], timeout_s: float | None, what: str)
     return outcome["value"]
 
 
-def verify(verifier, texts: list[str], columns: dict[str, Any], timeout_s: float | None,
-           on_error: Callable[[Exception], None]) -> list[bool]:
+def verify(
+    verifier, texts: list[str], columns: dict[str, Any], timeout_s: float | None, on_error: Callable[[Exception], None]
+) -> list[bool]:
     """`verifier`'s verdict on each of one prompt's completions `texts`, given the prompt's other `columns`.
 
     A verifier that raises, or has not returned after `timeout_s` seconds (None: no bound), fails every completion
@@ -52,8 +53,9 @@ def verify(verifier, texts: list[str], columns: dict[str, Any], timeout_s: float
         on_error(error)
         return [False] * len(texts)
     if len(passes) != len(texts):
-        raise ValueError(f"verifier returned {len(passes)} results for {len(texts)} completions; "
-                         "return one bool per completion.")
+        raise ValueError(
+            f"verifier returned {len(passes)} results for {len(texts)} completions; return one bool per completion."
+        )
     return [bool(p) for p in passes]
 
 

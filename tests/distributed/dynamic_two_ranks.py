@@ -15,8 +15,14 @@ from cgrpo import CGRPOConfig, CGRPOTrainer, DynamicSamplingConfig, DynamicSampl
 
 # Without shuffling, a generation batch of 4 prompts gives prompts 4s and 4s+1 to rank 0 and 4s+2, 4s+3 to rank 1:
 # rank 0's are informative, rank 1's are not, so the informative groups must be shared out across the ranks.
-DATA = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(64)], "index": list(range(64)),
-                          "informative": [i % 4 < 2 for i in range(64)], "easy": [i % 4 >= 2 for i in range(64)]})
+DATA = Dataset.from_dict(
+    {
+        "prompt": [f"{i}+{i}=" for i in range(64)],
+        "index": list(range(64)),
+        "informative": [i % 4 < 2 for i in range(64)],
+        "easy": [i % 4 >= 2 for i in range(64)],
+    }
+)
 
 
 def parity_reward(completions, informative, **kwargs):
@@ -44,9 +50,21 @@ def record_batches(sampler) -> list[list[int]]:
 
 
 def common(out_dir: str) -> dict:
-    return dict(output_dir=out_dir, use_cpu=True, bf16=False, per_device_train_batch_size=8, max_completion_length=4,
-                max_steps=3, logging_steps=1, report_to=[], save_strategy="no", seed=0, shuffle_dataset=False,
-                max_sampling_rounds=3, prompts_per_round=4)  # no over-sampling: rank 1 must get rank 0's groups
+    return dict(
+        output_dir=out_dir,
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=8,
+        max_completion_length=4,
+        max_steps=3,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        seed=0,
+        shuffle_dataset=False,
+        max_sampling_rounds=3,
+        prompts_per_round=4,
+    )  # no over-sampling: rank 1 must get rank 0's groups
 
 
 def main(model_dir: str, out_dir: str) -> None:
@@ -55,19 +73,39 @@ def main(model_dir: str, out_dir: str) -> None:
     trainer = DynamicSamplingGRPOTrainer(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=DATA)
     batches = record_batches(trainer._sampler)
     trainer.train()
-    dump = {"world_size": trainer.accelerator.num_processes, "steps": trainer.state.global_step,
-            "batches": batches, "totals": trainer.dynamic_totals,
-            "logged": [{k: v for k, v in e.items() if k.startswith("dynamic/")} for e in trainer.state.log_history]}
+    dump = {
+        "world_size": trainer.accelerator.num_processes,
+        "steps": trainer.state.global_step,
+        "batches": batches,
+        "totals": trainer.dynamic_totals,
+        "logged": [{k: v for k, v in e.items() if k.startswith("dynamic/")} for e in trainer.state.log_history],
+    }
 
     calibration = Dataset.from_dict({"prompt": [f"{i}*2=" for i in range(4)], "easy": [True] * 4})
-    args = CGRPOConfig(budget_grid=[2, 4], score="first_success", recalibrate_every=0, min_generation_prompts=1,
-                       drop_unanimous=True, **common(out_dir))
-    cgrpo = CGRPOTrainer(model=model_dir, reward_funcs=parity_reward, args=args, train_dataset=DATA,
-                         calibration_dataset=calibration, verifier=easy_passes)
+    args = CGRPOConfig(
+        budget_grid=[2, 4],
+        score="first_success",
+        recalibrate_every=0,
+        min_generation_prompts=1,
+        drop_unanimous=True,
+        **common(out_dir),
+    )
+    cgrpo = CGRPOTrainer(
+        model=model_dir,
+        reward_funcs=parity_reward,
+        args=args,
+        train_dataset=DATA,
+        calibration_dataset=calibration,
+        verifier=easy_passes,
+    )
     cgrpo_batches = record_batches(cgrpo._dynamic)
     cgrpo.train()
-    dump["cgrpo"] = {"steps": cgrpo.state.global_step, "batches": cgrpo_batches, "totals": cgrpo.dynamic_totals,
-                     "cgrpo_totals": cgrpo.cgrpo_totals}
+    dump["cgrpo"] = {
+        "steps": cgrpo.state.global_step,
+        "batches": cgrpo_batches,
+        "totals": cgrpo.dynamic_totals,
+        "cgrpo_totals": cgrpo.cgrpo_totals,
+    }
     rank = trainer.accelerator.process_index
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(dump))
 

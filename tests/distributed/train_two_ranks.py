@@ -1,6 +1,6 @@
 """Train C-GRPO on one rank of a multi-process run and dump what each rank saw (launched by test_distributed.py).
 
-    torchrun --nproc_per_node 2 tests/distributed/train_two_ranks.py MODEL_DIR OUT_DIR
+torchrun --nproc_per_node 2 tests/distributed/train_two_ranks.py MODEL_DIR OUT_DIR
 """
 
 import json
@@ -18,13 +18,27 @@ def main(model_dir: str, out_dir: str) -> None:
     data = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(64)], "easy": [i % 2 == 0 for i in range(64)]})
     calibration = Dataset.from_dict({"prompt": [f"{i}*2=" for i in range(5)], "easy": [True, False, True, True, False]})
     args = CGRPOConfig(
-        output_dir=out_dir, use_cpu=True, bf16=False, budget_grid=[2, 4, 8], per_device_train_batch_size=16,
-        max_completion_length=4, max_steps=3, logging_steps=1, report_to=[], save_strategy="no", score="first_success",
-        recalibrate_every=2, seed=0, min_generation_prompts=1,
+        output_dir=out_dir,
+        use_cpu=True,
+        bf16=False,
+        budget_grid=[2, 4, 8],
+        per_device_train_batch_size=16,
+        max_completion_length=4,
+        max_steps=3,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        score="first_success",
+        recalibrate_every=2,
+        seed=0,
+        min_generation_prompts=1,
     )
     trainer = CGRPOTrainer(
-        model=model_dir, reward_funcs=lambda completions, **kw: [float(len(c) % 2) for c in completions], args=args,
-        train_dataset=data, calibration_dataset=calibration,
+        model=model_dir,
+        reward_funcs=lambda completions, **kw: [float(len(c) % 2) for c in completions],
+        args=args,
+        train_dataset=data,
+        calibration_dataset=calibration,
         verifier=lambda completions, easy: [easy] * len(completions),
     )
     local_ks = []

@@ -10,5 +10,5 @@ from cgrpo.pipeline.matching import match_group_size
 log_to_file(snakemake.log[0])
 
 matched = match_group_size(snakemake.input.runs)
-logging.info("compute-matched group size: %s", matched)
+logging.getLogger("cgrpo.pipeline").info("compute-matched group size: %s", matched)
 Path(snakemake.output.matched).write_text(json.dumps(matched, indent=1) + "\n")

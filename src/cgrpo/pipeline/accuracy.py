@@ -17,8 +17,17 @@ import numpy as np
 from ..calibration import sorted_grid, stopping_budgets
 from .checks import check_gold, check_k, check_nonempty, check_same_length, is_failed, is_integer
 
-__all__ = ["correct_flags", "dynamic_k_summary", "greedy_accuracy", "is_failed", "maj_at_k", "majority_answer",
-           "mean_accuracy", "mean_pass_at_k", "pass_at_k"]
+__all__ = [
+    "correct_flags",
+    "dynamic_k_summary",
+    "greedy_accuracy",
+    "is_failed",
+    "maj_at_k",
+    "majority_answer",
+    "mean_accuracy",
+    "mean_pass_at_k",
+    "pass_at_k",
+]
 
 
 def majority_answer(answers: Sequence[str | None], k: int) -> str | None:
@@ -44,9 +53,7 @@ def correct_flags(answers: Sequence[str | None], gold: str) -> list[bool]:
     return [(not is_failed(a)) and a == gold for a in answers]
 
 
-def maj_at_k(
-    answers_per_prompt: Sequence[Sequence[str | None]], golds: Sequence[str], k: int
-) -> float:
+def maj_at_k(answers_per_prompt: Sequence[Sequence[str | None]], golds: Sequence[str], k: int) -> float:
     """maj@k: fraction of prompts whose majority over the first ``k`` answers equals the gold."""
     check_nonempty(answers_per_prompt, "answers_per_prompt")
     check_same_length(answers_per_prompt, golds, "answers_per_prompt", "golds")
@@ -81,9 +88,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def mean_pass_at_k(correct_per_prompt: Sequence[Sequence[bool]], k: int) -> float:
     """Mean over prompts of the unbiased pass@k, each prompt using all of its samples."""
     check_nonempty(correct_per_prompt, "correct_per_prompt")
-    return float(
-        np.mean([pass_at_k(len(flags), int(sum(bool(f) for f in flags)), k) for flags in correct_per_prompt])
-    )
+    return float(np.mean([pass_at_k(len(flags), int(sum(bool(f) for f in flags)), k) for flags in correct_per_prompt]))
 
 
 def mean_accuracy(correct_per_prompt: Sequence[Sequence[bool]]) -> float:

@@ -88,8 +88,9 @@ def sft_problems(settings: BootstrapSettings) -> Dataset:
     """The generated problems (``question``, worked ``answer``) the base model is fine-tuned on; for the code task,
     function-writing problems (``question``, reference program ``answer``, ``tests``)."""
     if settings.task == "code":
-        return generate_functions(settings.num_examples, settings.seed + SFT_SEED_OFFSET,
-                                  ops_weights=settings.ops_weights)
+        return generate_functions(
+            settings.num_examples, settings.seed + SFT_SEED_OFFSET, ops_weights=settings.ops_weights
+        )
     problems = generate_problems(
         settings.num_examples,
         settings.seed + SFT_SEED_OFFSET,
@@ -122,8 +123,10 @@ def sft_dataset(problems: Dataset, answer_format: str, task: str = "arithmetic")
         code = get_task("code", num_examples=1)
         return Dataset.from_dict(
             {
-                "prompt": [code.format_prompt(question, tests)
-                           for question, tests in zip(problems["question"], problems["tests"])],
+                "prompt": [
+                    code.format_prompt(question, tests)
+                    for question, tests in zip(problems["question"], problems["tests"])
+                ],
                 "completion": [f"{program}\n```" for program in problems["answer"]],
             }
         )
@@ -289,7 +292,9 @@ def bootstrap_base_model(output_dir: str | Path, *, verbose: bool = False, **set
     """
     unknown = sorted(set(settings) - {field.name for field in fields(BootstrapSettings)})
     if unknown:
-        raise ValueError(f"Unknown bootstrap setting(s) {unknown}; use fields of cgrpo.pipeline.bootstrap.BootstrapSettings.")
+        raise ValueError(
+            f"Unknown bootstrap setting(s) {unknown}; use fields of cgrpo.pipeline.bootstrap.BootstrapSettings."
+        )
     config = BootstrapSettings(**settings)
     _check_settings(config)
     output_dir = Path(output_dir)

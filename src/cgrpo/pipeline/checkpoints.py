@@ -65,8 +65,12 @@ def align_save_steps(args) -> None:
     span = math.lcm(args.steps_per_generation * args.num_iterations, micro_steps) // micro_steps
     aligned = math.ceil(args.save_steps / span) * span
     if aligned != args.save_steps:
-        logger.info("Checkpoints every %d steps (save_steps %d rounded up to a multiple of %d, whole generation batches).",
-                    aligned, args.save_steps, span)
+        logger.info(
+            "Checkpoints every %d steps (save_steps %d rounded up to a multiple of %d, whole generation batches).",
+            aligned,
+            args.save_steps,
+            span,
+        )
         args.save_steps = aligned
 
 
@@ -98,8 +102,11 @@ class ResumableTotals(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            totals: dict[str, Any] = {"train_wall_s": self.elapsed(), "train_cpu_s": self.cpu_elapsed(),
-                                      "generation_totals": getattr(self.trainer, "generation_totals", None)}
+            totals: dict[str, Any] = {
+                "train_wall_s": self.elapsed(),
+                "train_cpu_s": self.cpu_elapsed(),
+                "generation_totals": getattr(self.trainer, "generation_totals", None),
+            }
             path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / TOTALS_FILE
             path.write_text(json.dumps(totals, indent=1) + "\n")
         return control

@@ -21,16 +21,12 @@ def check_k(k: int, n: int, what: str = "answers") -> None:
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}; pass a positive budget.")
     if k > n:
-        raise ValueError(
-            f"k={k} exceeds the {n} {what} available; sample at least k per prompt or lower k."
-        )
+        raise ValueError(f"k={k} exceeds the {n} {what} available; sample at least k per prompt or lower k.")
 
 
 def check_same_length(a: Sequence, b: Sequence, a_name: str, b_name: str) -> None:
     if len(a) != len(b):
-        raise ValueError(
-            f"{a_name} has {len(a)} entries but {b_name} has {len(b)}; pass one per prompt in both."
-        )
+        raise ValueError(f"{a_name} has {len(a)} entries but {b_name} has {len(b)}; pass one per prompt in both.")
 
 
 def check_nonempty(x: Sequence, name: str) -> None:

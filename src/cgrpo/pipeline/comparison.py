@@ -21,8 +21,16 @@ import pandas as pd
 from .methods import METHODS, method_label, method_order, setting_label
 from .statistics import bootstrap_mean_ci
 
-__all__ = ["BY_METHOD_METRICS", "CI_HIGH", "CI_LOW", "PAIRED_METRICS", "Resampling", "by_method_table",
-           "means_with_intervals", "paired_table"]
+__all__ = [
+    "BY_METHOD_METRICS",
+    "CI_HIGH",
+    "CI_LOW",
+    "PAIRED_METRICS",
+    "Resampling",
+    "by_method_table",
+    "means_with_intervals",
+    "paired_table",
+]
 
 CI_LOW, CI_HIGH = "95% CI low", "95% CI high"
 
@@ -85,8 +93,9 @@ class Resampling:
         return bootstrap_mean_ci(table, self.resamples, [self.seed, stream])
 
 
-def means_with_intervals(group: pd.DataFrame, metrics: Mapping[str, str], resampling: Resampling,
-                         label: str) -> dict[str, float]:
+def means_with_intervals(
+    group: pd.DataFrame, metrics: Mapping[str, str], resampling: Resampling, label: str
+) -> dict[str, float]:
     """Each metric's mean over the group's runs under its plain name, and its interval's two ends beside it.
 
     Runs whose value of a metric is missing (a cost its method does not have) are left out of that metric.
@@ -94,29 +103,36 @@ def means_with_intervals(group: pd.DataFrame, metrics: Mapping[str, str], resamp
     row = {}
     for column, name in metrics.items():
         present = group[pd.to_numeric(group[column], errors="coerce").notna()]
-        interval = ((math.nan,) * 3 if present.empty
-                    else resampling.interval(resampling.table(present, column), label, column))
+        interval = (
+            (math.nan,) * 3 if present.empty else resampling.interval(resampling.table(present, column), label, column)
+        )
         row.update(dict(zip((name, f"{name} {CI_LOW}", f"{name} {CI_HIGH}"), interval)))
     return row
 
 
-def by_method_table(summary: pd.DataFrame, resampling: Resampling,
-                    metrics: Mapping[str, str] = BY_METHOD_METRICS) -> pd.DataFrame:
+def by_method_table(
+    summary: pd.DataFrame, resampling: Resampling, metrics: Mapping[str, str] = BY_METHOD_METRICS
+) -> pd.DataFrame:
     """Mean and 95% bootstrap interval of each metric, per method and setting (see the module's docstring).
 
     ``metrics`` maps summary columns to the plain-language column names used here; each gets a mean
     column and ``95% CI low`` / ``95% CI high`` columns.
     """
     rows = [
-        {"method": method, "setting": setting, "seeds": len(group),
-         **means_with_intervals(group, metrics, resampling, f"{method} {setting}")}
+        {
+            "method": method,
+            "setting": setting,
+            "seeds": len(group),
+            **means_with_intervals(group, metrics, resampling, f"{method} {setting}"),
+        }
         for (method, setting), group in summary.groupby(["method", "setting"], sort=False)
     ]
     return pd.DataFrame(rows)
 
 
-def _baselines(summary: pd.DataFrame, cgrpo_setting: str,
-               matched: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+def _baselines(
+    summary: pd.DataFrame, cgrpo_setting: str, matched: Sequence[Mapping[str, Any]]
+) -> list[tuple[str, str]]:
     """(method, setting) of the runs C-GRPO's ``cgrpo_setting`` is compared with, in the registry's order: every
     setting of every other method, except compute-matched runs matched to another C-GRPO setting."""
     own_matches = {
@@ -150,15 +166,16 @@ def paired_table(
     for setting, treated in cgrpo.groupby("setting", sort=False):
         treated = treated.set_index("seed", drop=False)
         for method, baseline in _baselines(summary, setting, matched):
-            base = summary[(summary["method"] == method) & (summary["setting"] == baseline)].set_index("seed", drop=False)
+            base = summary[(summary["method"] == method) & (summary["setting"] == baseline)].set_index(
+                "seed", drop=False
+            )
             seeds = treated.index.intersection(base.index)
             if seeds.empty:
                 continue
             name = f"{method_label(method)} {baseline}"
             row: dict[str, Any] = {"C-GRPO setting": setting, "baseline": name, "paired seeds": len(seeds)}
             for column, metric in metrics.items():
-                difference = (resampling.table(treated.loc[seeds], column)
-                              - resampling.table(base.loc[seeds], column))
+                difference = resampling.table(treated.loc[seeds], column) - resampling.table(base.loc[seeds], column)
                 label = f"{metric} difference"
                 interval = resampling.interval(difference, setting, name, column)
                 row.update(dict(zip((label, f"{label} {CI_LOW}", f"{label} {CI_HIGH}"), interval)))

@@ -129,8 +129,10 @@ def check_trainer_sections(config: Mapping[str, Any]) -> None:
     """Reject GRPOConfig and LoraConfig options that do not exist or have the wrong type, and group sizes set outside
     the grids."""
     # The shared section, then each method's overrides of it.
-    sections = {"training": config["training"],
-                **{f"{method.section}.trainer": config[method.section]["trainer"] for method in METHODS.values()}}
+    sections = {
+        "training": config["training"],
+        **{f"{method.section}.trainer": config[method.section]["trainer"] for method in METHODS.values()},
+    }
     for key, section in sections.items():
         if "num_generations" in section:
             # Group sizes come from cgrpo.budget_grids, grpo.num_generations and dapo.num_generations, one per run.

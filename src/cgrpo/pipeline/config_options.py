@@ -115,8 +115,9 @@ def _find_class(path: Path, name: str) -> tuple[Path, ast.Module, ast.ClassDef]:
         return path, tree, node
     source = _imported_from(tree, name, path)
     if source is None:
-        raise LookupError(f"{path} neither defines nor imports class {name}; this TRL or transformers version is "
-                          "not supported.")
+        raise LookupError(
+            f"{path} neither defines nor imports class {name}; this TRL or transformers version is not supported."
+        )
     return _find_class(source, name)
 
 
@@ -132,8 +133,10 @@ def _class_fields(path: Path, class_name: str) -> dict[str, str]:
     }
     for base in node.bases:
         # Bases that are neither defined nor imported here are builtins (object).
-        if isinstance(base, ast.Name) and (_imported_from(tree, base.id, path) or any(
-                isinstance(n, ast.ClassDef) and n.name == base.id for n in tree.body)):
+        if isinstance(base, ast.Name) and (
+            _imported_from(tree, base.id, path)
+            or any(isinstance(n, ast.ClassDef) and n.name == base.id for n in tree.body)
+        ):
             fields = {**_class_fields(path, base.id), **fields}
     return fields
 
@@ -185,8 +188,11 @@ def check_options(options: Mapping[str, Any], key: str, location: tuple[str, str
             raise ValueError(f"config key {key}.{name} is not an option of {owner}{hint}; {suggestion}")
         expected = known[name]
         if not expected.accepts(value):
-            note = " (YAML reads a number such as 1e-5 without a dot as a string: write 1.0e-5)" if (
-                isinstance(value, str) and "float" in expected.types) else ""
+            note = (
+                " (YAML reads a number such as 1e-5 without a dot as a string: write 1.0e-5)"
+                if (isinstance(value, str) and "float" in expected.types)
+                else ""
+            )
             raise ValueError(
                 f"config key {key}.{name} is {value!r} ({type(value).__name__}), but {owner}.{name} takes "
                 f"{expected.annotation}{note}; give a value of that type."

@@ -18,9 +18,7 @@ from .statistics import binomial_ci
 __all__ = ["coverage_at_k", "post_selection_coverage", "split_coverage_distribution"]
 
 
-def coverage_at_k(
-    eval_scores_at_k: Sequence[float], qhat_k: float, delta: float, n_cal: int
-) -> dict[str, Any]:
+def coverage_at_k(eval_scores_at_k: Sequence[float], qhat_k: float, delta: float, n_cal: int) -> dict[str, Any]:
     """Empirical split-conformal coverage at one fixed budget k.
 
     A prompt is covered when its nonconformity score at k is ``<= qhat_k``.

@@ -86,8 +86,9 @@ def evaluate_model(spec: EvaluationSpec | dict[str, Any], out_path: str | Path) 
         [correct_flags(row, gold) for row, gold in zip(eval_answers, eval_golds)],
         [correct_flags([majority_answer(row, largest)], gold)[0] for row, gold in zip(eval_answers, eval_golds)],
     )
-    record.update(conformal_metrics(eval_answers, eval_golds, calibration_answers, calibration_golds, settings,
-                                    spec.seed))
+    record.update(
+        conformal_metrics(eval_answers, eval_golds, calibration_answers, calibration_golds, settings, spec.seed)
+    )
     _write_record(record, start, out_path)
 
 
@@ -111,14 +112,16 @@ def _execution_record(task, sample, eval_set, calibration_set, settings: dict[st
     programs = _answers(task, eval_texts)
     record.update(execution_fixed_k_metrics(eval_passes, programs, settings["budget_grid"]))
     largest = max(settings["budget_grid"])
-    record["per_prompt"] = per_prompt_accuracy([flags[0] for flags in greedy_passes], eval_passes,
-                                               majority_passes(eval_passes, programs, largest))
+    record["per_prompt"] = per_prompt_accuracy(
+        [flags[0] for flags in greedy_passes], eval_passes, majority_passes(eval_passes, programs, largest)
+    )
     record.update(conformal_metrics(eval_passes, None, calibration_passes, None, settings, spec.seed))
     return record
 
 
-def verifier_passes(task, completions: list[list[str]], dataset,
-                    timeout_s: float | None = VERIFIER_TIMEOUT_S) -> list[list[bool]]:
+def verifier_passes(
+    task, completions: list[list[str]], dataset, timeout_s: float | None = VERIFIER_TIMEOUT_S
+) -> list[list[bool]]:
     """``task.verifier``'s verdict on each prompt's completions, given the prompt's columns (all but ``prompt``).
 
     As in training, a verifier call that raises or has not returned after ``timeout_s`` seconds (the pipeline passes
@@ -132,8 +135,12 @@ def verifier_passes(task, completions: list[list[str]], dataset,
         columns = {key: value for key, value in row.items() if key != "prompt"}
         passes.append(verify(task.verifier, list(texts), columns, timeout_s, errors.append))
     if errors:
-        logger.warning("%d of %d verifier calls raised or timed out; their completions count as fails. The first: %r",
-                       len(errors), len(passes), errors[0])
+        logger.warning(
+            "%d of %d verifier calls raised or timed out; their completions count as fails. The first: %r",
+            len(errors),
+            len(passes),
+            errors[0],
+        )
     return passes
 
 
@@ -206,17 +213,28 @@ def conformal_metrics(answers, golds, calibration_answers, calibration_golds, se
     for mode, thresholds in _threshold_sets(calibration, settings).items():
         summary = dynamic_k_summary(score, grid, thresholds.qhat, answers, stopping_rng, golds)
         post = post_selection_coverage(eval_scores, thresholds.qhat, summary["chosen_k"])
-        conformal.append({"delta_mode": mode, "delta": thresholds.delta, "n_calibration": thresholds.n_calibration,
-                          "qhat": thresholds.qhat, "accuracy": summary["accuracy"], "mean_k": summary["mean_k"],
-                          "histogram": summary["histogram"], "coverage_post_selection": post["coverage_post_selection"]})
+        conformal.append(
+            {
+                "delta_mode": mode,
+                "delta": thresholds.delta,
+                "n_calibration": thresholds.n_calibration,
+                "qhat": thresholds.qhat,
+                "accuracy": summary["accuracy"],
+                "mean_k": summary["mean_k"],
+                "histogram": summary["histogram"],
+                "coverage_post_selection": post["coverage_post_selection"],
+            }
+        )
         for k in grid:
             row = coverage_at_k(eval_scores[k], thresholds.qhat[k], thresholds.delta, thresholds.n_calibration)
             # qhat = 1 covers every prompt by construction; the coverage of the other budgets is the test.
             coverage.append({"delta_mode": mode, "k": k, "qhat": thresholds.qhat[k], **row})
-            spread = split_coverage_distribution(calibration[k], eval_scores[k], thresholds.delta,
-                                                 settings["coverage_splits"], split_rng)
-            splits.append({"delta_mode": mode, "delta": thresholds.delta, "k": k, "n_calibration": len(calibration[k]),
-                           **spread})
+            spread = split_coverage_distribution(
+                calibration[k], eval_scores[k], thresholds.delta, settings["coverage_splits"], split_rng
+            )
+            splits.append(
+                {"delta_mode": mode, "delta": thresholds.delta, "k": k, "n_calibration": len(calibration[k]), **spread}
+            )
     return {"conformal": conformal, "coverage": coverage, "coverage_splits": splits}
 
 
@@ -262,9 +280,13 @@ def _sampler(spec: EvaluationSpec):
 
     def sample(prompts, purpose: str, greedy: bool = False) -> list[list[str]]:
         return generate(
-            list(prompts), num_samples=1 if greedy else max(settings["budget_grid"]),
-            temperature=settings["temperature"], max_new_tokens=settings["max_new_tokens"], greedy=greedy,
-            seed=purpose_seed(spec.seed, purpose), progress=True,
+            list(prompts),
+            num_samples=1 if greedy else max(settings["budget_grid"]),
+            temperature=settings["temperature"],
+            max_new_tokens=settings["max_new_tokens"],
+            greedy=greedy,
+            seed=purpose_seed(spec.seed, purpose),
+            progress=True,
         )
 
     return sample

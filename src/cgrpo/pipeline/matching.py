@@ -33,8 +33,10 @@ def match_group_size(run_files: Sequence[str | Path]) -> dict[str, Any]:
         raise ValueError(f"Compute matching needs the C-GRPO runs of one setting, got settings {sorted(settings)}.")
     prompts = {record["groups"] for record in records}
     if len(prompts) != 1:
-        raise ValueError(f"The C-GRPO runs trained different numbers of prompts {sorted(prompts)}; compute matching "
-                         "needs runs of the same steps and prompts per step.")
+        raise ValueError(
+            f"The C-GRPO runs trained different numbers of prompts {sorted(prompts)}; compute matching "
+            "needs runs of the same steps and prompts per step."
+        )
     prompts = prompts.pop()
     total = [record["train_rollouts_generated"] + record["calibration_rollouts_generated"] for record in records]
     target = sum(total) / len(total)

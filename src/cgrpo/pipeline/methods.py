@@ -106,20 +106,33 @@ def cgrpo_run_name(seed: int, grid: Sequence[int], delta: Any, recalibrate_every
 
 
 def _cgrpo_fields(match: re.Match) -> dict[str, Any]:
-    return {"budget_grid": tuple(parse_grid(match["grid"])), "delta": parse_delta(match["delta"]),
-            "recalibrate_every": int(match["recal"])}
+    return {
+        "budget_grid": tuple(parse_grid(match["grid"])),
+        "delta": parse_delta(match["delta"]),
+        "recalibrate_every": int(match["recal"]),
+    }
 
 
 def _cgrpo_runs(config: Config) -> list[str]:
     cgrpo = config["cgrpo"]
-    return [cgrpo_run_name(seed, grid, delta, recal) for grid in cgrpo["budget_grids"] for delta in cgrpo["deltas"]
-            for recal in cgrpo["recalibrate_every"] for seed in config["seeds"]]
+    return [
+        cgrpo_run_name(seed, grid, delta, recal)
+        for grid in cgrpo["budget_grids"]
+        for delta in cgrpo["deltas"]
+        for recal in cgrpo["recalibrate_every"]
+        for seed in config["seeds"]
+    ]
 
 
 def _cgrpo_spec(config: Config, name: RunName, calibration: str | None) -> dict[str, Any]:
-    return {"reference_budget": max(name.budget_grid), "budget_grid": list(name.budget_grid), "delta": name.delta,
-            "recalibrate_every": name.recalibrate_every, "cgrpo": dict(config["cgrpo"]["options"]),
-            "initial_calibration": calibration}
+    return {
+        "reference_budget": max(name.budget_grid),
+        "budget_grid": list(name.budget_grid),
+        "delta": name.delta,
+        "recalibrate_every": name.recalibrate_every,
+        "cgrpo": dict(config["cgrpo"]["options"]),
+        "initial_calibration": calibration,
+    }
 
 
 def _cgrpo_setting(record: Mapping[str, Any]) -> str:
@@ -171,9 +184,12 @@ def _same_prompts_per_step(config: Config, section: str, group_size: int) -> dic
 
 def _grpo_spec(config: Config, name: RunName, calibration: str | None) -> dict[str, Any]:
     # Savings are measured against G = max(first grid), the group C-GRPO's largest budget fills.
-    return {"trainer": _same_prompts_per_step(config, "grpo", name.num_generations),
-            "reference_budget": max(evaluation_grid(config)), "num_generations": name.num_generations,
-            "compute_matched": name.compute_matched}
+    return {
+        "trainer": _same_prompts_per_step(config, "grpo", name.num_generations),
+        "reference_budget": max(evaluation_grid(config)),
+        "num_generations": name.num_generations,
+        "compute_matched": name.compute_matched,
+    }
 
 
 def _grpo_setting(record: Mapping[str, Any]) -> str:
@@ -195,10 +211,14 @@ def _dapo_runs(config: Config) -> list[str]:
 
 def _dapo_spec(config: Config, name: RunName, calibration: str | None) -> dict[str, Any]:
     dapo = config["dapo"]
-    return {"trainer": _same_prompts_per_step(config, "dapo", name.num_generations),
-            "reference_budget": max(evaluation_grid(config)), "num_generations": name.num_generations,
-            "dynamic": {key: dapo[key] for key in ("prompts_per_round", "max_sampling_rounds", "filter_metric",
-                                                   "allow_short_batch")}}
+    return {
+        "trainer": _same_prompts_per_step(config, "dapo", name.num_generations),
+        "reference_budget": max(evaluation_grid(config)),
+        "num_generations": name.num_generations,
+        "dynamic": {
+            key: dapo[key] for key in ("prompts_per_round", "max_sampling_rounds", "filter_metric", "allow_short_batch")
+        },
+    }
 
 
 # --------------------------------------------------------------------------- calibration-free stopping rules
@@ -253,34 +273,68 @@ METHODS: dict[str, Method] = {
     method.name: method
     for method in (
         Method(
-            name="cgrpo", label="C-GRPO", section="cgrpo",
-            pattern=r"cgrpo" + _SEED + r"_g(?P<grid>\d+(?:-\d+)*)_d(?P<delta>auto|[0-9.]+(?:e-?[0-9]+)?)_r(?P<recal>\d+)",
-            parse=_cgrpo_fields, runs=_cgrpo_runs,
-            spec_fields=_cgrpo_spec, trainer="cgrpo_trainer",
-            setting=_cgrpo_setting, calibrated=True, marker="o",
+            name="cgrpo",
+            label="C-GRPO",
+            section="cgrpo",
+            pattern=r"cgrpo"
+            + _SEED
+            + r"_g(?P<grid>\d+(?:-\d+)*)_d(?P<delta>auto|[0-9.]+(?:e-?[0-9]+)?)_r(?P<recal>\d+)",
+            parse=_cgrpo_fields,
+            runs=_cgrpo_runs,
+            spec_fields=_cgrpo_spec,
+            trainer="cgrpo_trainer",
+            setting=_cgrpo_setting,
+            calibrated=True,
+            marker="o",
         ),
         Method(
-            name="grpo", label="GRPO", section="grpo", pattern=r"grpo" + _SEED + r"_G(?P<G>\d+)(?P<matched>_matched)?",
-            parse=_group_size_fields, runs=_grpo_runs, spec_fields=_grpo_spec, trainer="grpo_trainer",
-            setting=_grpo_setting, marker="s",
+            name="grpo",
+            label="GRPO",
+            section="grpo",
+            pattern=r"grpo" + _SEED + r"_G(?P<G>\d+)(?P<matched>_matched)?",
+            parse=_group_size_fields,
+            runs=_grpo_runs,
+            spec_fields=_grpo_spec,
+            trainer="grpo_trainer",
+            setting=_grpo_setting,
+            marker="s",
         ),
         Method(
-            name="dapo", label="DAPO", section="dapo", pattern=r"dapo" + _SEED + r"_G(?P<G>\d+)",
-            parse=_group_size_fields, runs=_dapo_runs, spec_fields=_dapo_spec, trainer="dapo_trainer",
-            setting=lambda record: f"G={record['num_generations']}, dynamic sampling", marker="^",
+            name="dapo",
+            label="DAPO",
+            section="dapo",
+            pattern=r"dapo" + _SEED + r"_G(?P<G>\d+)",
+            parse=_group_size_fields,
+            runs=_dapo_runs,
+            spec_fields=_dapo_spec,
+            trainer="dapo_trainer",
+            setting=lambda record: f"G={record['num_generations']}, dynamic sampling",
+            marker="^",
         ),
         # The calibration-free rules C-GRPO's thresholds are measured against: same trainer, grid, padding and costs.
         Method(
-            name="unanimous", label="Unanimous stop", section="cgrpo",
-            pattern=r"unanimous" + _SEED + r"_g(?P<grid>\d+(?:-\d+)*)", parse=_ablation_fields,
-            runs=_ablation_runs("unanimous"), spec_fields=_ablation_spec("unanimous"),
-            trainer="ablation_trainer", setting=_ablation_setting, marker="v",
+            name="unanimous",
+            label="Unanimous stop",
+            section="cgrpo",
+            pattern=r"unanimous" + _SEED + r"_g(?P<grid>\d+(?:-\d+)*)",
+            parse=_ablation_fields,
+            runs=_ablation_runs("unanimous"),
+            spec_fields=_ablation_spec("unanimous"),
+            trainer="ablation_trainer",
+            setting=_ablation_setting,
+            marker="v",
         ),
         Method(
-            name="share", label="Majority-share stop", section="cgrpo",
-            pattern=r"share" + _SEED + r"_g(?P<grid>\d+(?:-\d+)*)_t(?P<share>[0-9.]+)", parse=_ablation_fields,
-            runs=_ablation_runs("share"), spec_fields=_ablation_spec("share"),
-            trainer="ablation_trainer", setting=_ablation_setting, marker="D",
+            name="share",
+            label="Majority-share stop",
+            section="cgrpo",
+            pattern=r"share" + _SEED + r"_g(?P<grid>\d+(?:-\d+)*)_t(?P<share>[0-9.]+)",
+            parse=_ablation_fields,
+            runs=_ablation_runs("share"),
+            spec_fields=_ablation_spec("share"),
+            trainer="ablation_trainer",
+            setting=_ablation_setting,
+            marker="D",
         ),
     )
 }
@@ -342,7 +396,9 @@ def setting_label(record: Mapping[str, Any]) -> str:
     if method == "base":
         return "base model"
     if method not in METHODS:
-        raise ValueError(f"Unknown method {method!r} in run {record.get('run')!r}; expected one of {', '.join(METHODS)}.")
+        raise ValueError(
+            f"Unknown method {method!r} in run {record.get('run')!r}; expected one of {', '.join(METHODS)}."
+        )
     return METHODS[method].setting(record)
 
 
@@ -356,8 +412,16 @@ def train_spec(config: Config, run: str, model: str, splits: str, calibration: s
     if method.calibrated and calibration is None:
         raise ValueError(f"Run {run!r} starts from an initial calibration; pass its thresholds.json.")
     fields = {"trainer": method_trainer(config, method.section), **method.spec_fields(config, name, calibration)}
-    return TrainSpec(run=run, method=name.method, model=model, splits=splits, task=task_spec(config), seed=name.seed,
-                     peft=config["peft"], **fields)
+    return TrainSpec(
+        run=run,
+        method=name.method,
+        model=model,
+        splits=splits,
+        task=task_spec(config),
+        seed=name.seed,
+        peft=config["peft"],
+        **fields,
+    )
 
 
 def evaluation_spec(config: Config, run: str, model: str, splits: str) -> EvaluationSpec:
@@ -368,5 +432,11 @@ def evaluation_spec(config: Config, run: str, model: str, splits: str) -> Evalua
     name = parse_run_name(run)
     section = None if name.method == "base" else METHODS[name.method].section
     seed = name.seed if name.seed is not None else config["splits"]["seed"]
-    return EvaluationSpec(run=run, model=model, splits=splits, task=task_spec(config), seed=seed,
-                          evaluation=evaluation_settings(config, method_trainer(config, section)))
+    return EvaluationSpec(
+        run=run,
+        model=model,
+        splits=splits,
+        task=task_spec(config),
+        seed=seed,
+        evaluation=evaluation_settings(config, method_trainer(config, section)),
+    )

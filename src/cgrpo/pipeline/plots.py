@@ -14,11 +14,11 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-from matplotlib import ticker  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 
-from .methods import METHODS, method_label  # noqa: E402
 from .comparison import CI_HIGH, CI_LOW  # noqa: E402
+from .methods import METHODS, method_label  # noqa: E402
 
 __all__ = ["plot_all", "plot_coverage", "plot_delta_sweep", "plot_pareto", "plot_thresholds", "plot_training_curves"]
 
@@ -73,14 +73,25 @@ def plot_pareto(summary: pd.DataFrame, path: str | Path) -> None:
     base = summary.loc[summary["method"] == "base", "eval_greedy_acc"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     # Total rollouts, not per prompt: every method trains the same prompts, so totals compare the compute spent.
-    panels = [("total_rollouts_generated", "generated rollouts per run (training + calibration)"),
-              ("total_wall_s", "wall clock per run, training + calibration (s)")]
+    panels = [
+        ("total_rollouts_generated", "generated rollouts per run (training + calibration)"),
+        ("total_wall_s", "wall clock per run, training + calibration (s)"),
+    ]
     for ax, (column, xlabel) in zip(axes, panels):
         for label, group in trained.groupby("label", sort=True):
             marker = METHODS[group["method"].iloc[0]].marker
             ax.scatter(group[column], group["eval_greedy_acc"], color=colors[label], alpha=0.45, s=25, marker=marker)
-            ax.scatter(group[column].mean(), group["eval_greedy_acc"].mean(), color=colors[label], s=160,
-                       marker=marker, edgecolor="black", linewidth=1.2, label=label, zorder=3)
+            ax.scatter(
+                group[column].mean(),
+                group["eval_greedy_acc"].mean(),
+                color=colors[label],
+                s=160,
+                marker=marker,
+                edgecolor="black",
+                linewidth=1.2,
+                label=label,
+                zorder=3,
+            )
         if not base.empty:
             ax.axhline(base.iloc[0], color="grey", linestyle="--", linewidth=1.2, label="base model")
         ax.set_xlabel(xlabel)
@@ -174,18 +185,41 @@ def plot_coverage(coverage: pd.DataFrame, path: str | Path) -> None:
         half = 0.4
         for k, (nominal, low, high) in band.iterrows():
             x = position[k]
-            ax.fill_between([x - half, x + half], low, high, color="grey", alpha=0.3, linewidth=0,
-                            label="theoretical band" if x == 0 else None)
-            ax.hlines(nominal, x - half, x + half, color="black", linestyle="--", linewidth=1,
-                      label="nominal 1 - delta" if x == 0 else None)
+            ax.fill_between(
+                [x - half, x + half],
+                low,
+                high,
+                color="grey",
+                alpha=0.3,
+                linewidth=0,
+                label="theoretical band" if x == 0 else None,
+            )
+            ax.hlines(
+                nominal,
+                x - half,
+                x + half,
+                color="black",
+                linestyle="--",
+                linewidth=1,
+                label="nominal 1 - delta" if x == 0 else None,
+            )
         for i, label in enumerate(labels):
             group = rows[rows["label"] == label]
             if group.empty:
                 continue
             xs = group["k"].map(position) + (i - (len(labels) - 1) / 2) * width
             errors = [group["coverage"] - group["ci_low"], group["ci_high"] - group["coverage"]]
-            ax.errorbar(xs, group["coverage"], yerr=errors, fmt="o", markersize=3, color=colors[label],
-                        elinewidth=0.8, alpha=0.8, label=label)
+            ax.errorbar(
+                xs,
+                group["coverage"],
+                yerr=errors,
+                fmt="o",
+                markersize=3,
+                color=colors[label],
+                elinewidth=0.8,
+                alpha=0.8,
+                label=label,
+            )
         ax.set_xticks(range(len(budgets)), [str(k) for k in budgets])
         ax.set_xlabel("budget k")
         ax.set_title(f"delta: {mode}")
@@ -198,8 +232,10 @@ def plot_coverage(coverage: pd.DataFrame, path: str | Path) -> None:
 
 def _interval_points(ax, table: pd.DataFrame, column: str, label: str, color) -> None:
     # A single seed has no interval: its bar is left out rather than drawn as NaN.
-    errors = [(table[column] - table[f"{column} {CI_LOW}"]).fillna(0),
-              (table[f"{column} {CI_HIGH}"] - table[column]).fillna(0)]
+    errors = [
+        (table[column] - table[f"{column} {CI_LOW}"]).fillna(0),
+        (table[f"{column} {CI_HIGH}"] - table[column]).fillna(0),
+    ]
     ax.errorbar(table["delta"], table[column], yerr=errors, fmt="o-", color=color, capsize=3, label=label)
 
 
@@ -213,7 +249,9 @@ def plot_delta_sweep(sweep: pd.DataFrame, path: str | Path) -> None:
         return
     cmap = plt.get_cmap("tab10")
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for i, name in enumerate(["rollout savings", "rollout savings incl. calibration", "time savings incl. calibration"]):
+    for i, name in enumerate(
+        ["rollout savings", "rollout savings incl. calibration", "time savings incl. calibration"]
+    ):
         _interval_points(axes[0], sweep, name, name, cmap(i))
     _interval_points(axes[1], sweep, "greedy accuracy", "eval greedy accuracy", cmap(3))
     _interval_points(axes[2], sweep, "eval coverage at the run's delta", "eval coverage (post-selection)", cmap(4))
@@ -221,8 +259,9 @@ def plot_delta_sweep(sweep: pd.DataFrame, path: str | Path) -> None:
     for ax, ylabel in zip(axes, ["savings vs GRPO at G = max(grid)", "eval greedy accuracy", "coverage"]):
         for _, row in sweep[sweep["delta_mode"] == "auto"].iterrows():
             ax.axvline(row["delta"], color="grey", linestyle=":", linewidth=1)
-            ax.annotate("auto", (row["delta"], 1), xycoords=("data", "axes fraction"), ha="center", va="bottom",
-                        fontsize=8)
+            ax.annotate(
+                "auto", (row["delta"], 1), xycoords=("data", "axes fraction"), ha="center", va="bottom", fontsize=8
+            )
         ax.set_xlabel("delta")
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)

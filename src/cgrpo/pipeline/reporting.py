@@ -58,12 +58,31 @@ SWEEP_METRICS = {
 }
 
 _RUN_FIELDS = [
-    "num_generations", "budget_grid", "delta", "recalibrate_every", "compute_matched", "steps", "groups",
-    "train_mean_k", "train_rollout_savings", "train_rollout_savings_with_calibration",
-    "train_rollouts_generated", "lockstep_rollouts_generated", "calibration_rollouts_generated", "rollouts_per_prompt",
-    "train_tokens_generated", "calibration_tokens_generated",
-    "train_wall_s", "generation_wall_s", "update_wall_s", "calibration_wall_s", "total_wall_s",
-    "train_cpu_s", "total_cpu_s", "reference_budget", "steps_per_generation",
+    "num_generations",
+    "budget_grid",
+    "delta",
+    "recalibrate_every",
+    "compute_matched",
+    "steps",
+    "groups",
+    "train_mean_k",
+    "train_rollout_savings",
+    "train_rollout_savings_with_calibration",
+    "train_rollouts_generated",
+    "lockstep_rollouts_generated",
+    "calibration_rollouts_generated",
+    "rollouts_per_prompt",
+    "train_tokens_generated",
+    "calibration_tokens_generated",
+    "train_wall_s",
+    "generation_wall_s",
+    "update_wall_s",
+    "calibration_wall_s",
+    "total_wall_s",
+    "train_cpu_s",
+    "total_cpu_s",
+    "reference_budget",
+    "steps_per_generation",
 ]
 
 
@@ -121,8 +140,9 @@ def summary_table(runs: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str
             "eval_mean_at_k": evaluation.get("mean_at_k"),
             "eval_wall_s": evaluation.get("eval_wall_s"),
             "train_budget_histogram": _histogram_text(record.get("train_budget_histogram") or {}) or None,
-            "train_intermediate_share": _intermediate_share(record.get("train_budget_histogram"),
-                                                            record.get("budget_grid")),
+            "train_intermediate_share": _intermediate_share(
+                record.get("train_budget_histogram"), record.get("budget_grid")
+            ),
             "eval_budget_histogram": _histogram_text(_auto_conformal(evaluation).get("histogram", {})) or None,
         }
         if row["delta"] is not None:
@@ -233,8 +253,9 @@ def conformal_table(evals: Sequence[Mapping[str, Any]], summary: pd.DataFrame) -
     return _run_columns(summary).merge(pd.DataFrame(rows), on="run", how="right")
 
 
-def delta_sweep_table(summary: pd.DataFrame, conformal: pd.DataFrame, calibrations: pd.DataFrame,
-                      resampling: Resampling) -> pd.DataFrame:
+def delta_sweep_table(
+    summary: pd.DataFrame, conformal: pd.DataFrame, calibrations: pd.DataFrame, resampling: Resampling
+) -> pd.DataFrame:
     """C-GRPO against its miscoverage level: one row per C-GRPO setting, in order of delta.
 
     ``delta`` is the setting's fixed delta, or for ``auto`` the mean of the deltas its training calibrations chose.
@@ -249,8 +270,16 @@ def delta_sweep_table(summary: pd.DataFrame, conformal: pd.DataFrame, calibratio
     rows = []
     for (setting, mode), group in runs.groupby(["setting", "delta_mode"], sort=False):
         delta = group["chosen_delta"].mean()
-        rows.append({"setting": setting, "delta_mode": mode, "delta": delta, "nominal coverage": 1 - delta,
-                     "seeds": len(group), **means_with_intervals(group, SWEEP_METRICS, resampling, setting)})
+        rows.append(
+            {
+                "setting": setting,
+                "delta_mode": mode,
+                "delta": delta,
+                "nominal coverage": 1 - delta,
+                "seeds": len(group),
+                **means_with_intervals(group, SWEEP_METRICS, resampling, setting),
+            }
+        )
     columns = ["setting", "delta_mode", "delta", "nominal coverage", "seeds"]
     return pd.DataFrame(rows, columns=None if rows else columns).sort_values("delta", ignore_index=True)
 

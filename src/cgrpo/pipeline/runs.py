@@ -64,8 +64,13 @@ def calibrate_initial(spec: CalibrationSpec | dict[str, Any], out_dir: str | Pat
     }
     (out_dir / "thresholds.json").write_text(json.dumps(record, indent=1) + "\n")
     pd.DataFrame(
-        {"k": list(auto.qhat), "qhat": list(auto.qhat.values()), "delta": auto.delta, "solve_rate": auto.solve_rate,
-         "mean_score": [sum(scores[k]) / len(scores[k]) for k in auto.qhat]}
+        {
+            "k": list(auto.qhat),
+            "qhat": list(auto.qhat.values()),
+            "delta": auto.delta,
+            "solve_rate": auto.solve_rate,
+            "mean_score": [sum(scores[k]) / len(scores[k]) for k in auto.qhat],
+        }
     ).to_csv(out_dir / "thresholds.csv", index=False)
 
 
@@ -103,7 +108,9 @@ def reuse_compute_matched(source_dir: str | Path, out_dir: str | Path) -> None:
     source_dir, out_dir = Path(source_dir), Path(out_dir)
     record = json.loads((source_dir / "run.json").read_text())
     if record["method"] != "grpo" or record["compute_matched"]:
-        raise ValueError(f"{source_dir} is not a fixed-G GRPO run; reuse only copies one of the configured fixed-G runs.")
+        raise ValueError(
+            f"{source_dir} is not a fixed-G GRPO run; reuse only copies one of the configured fixed-G runs."
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copytree(source_dir / "model", out_dir / "model", dirs_exist_ok=True)
     shutil.copyfile(source_dir / "steps.csv", out_dir / "steps.csv")
@@ -164,7 +171,10 @@ def _run_record(spec: TrainSpec, trainer, wall: float, cpu: float, initial: dict
     initial_calibration = calibrations[0]["wall_s"] if calibrations else 0.0
     initial_calibration_cpu = calibrations[0]["cpu_s"] if calibrations else 0.0
     return {
-        "run": spec.run, "method": spec.method, "seed": spec.seed, "num_generations": width,
+        "run": spec.run,
+        "method": spec.method,
+        "seed": spec.seed,
+        "num_generations": width,
         "budget_grid": format_grid(spec.budget_grid) if budgeted else None,
         "delta": spec.delta if calibrated else None,
         "recalibrate_every": spec.recalibrate_every if calibrated else None,
@@ -172,10 +182,14 @@ def _run_record(spec: TrainSpec, trainer, wall: float, cpu: float, initial: dict
         "stop_share": trainer.args.stop_share if budgeted and trainer.args.stopping_rule == "share" else None,
         "drop_unanimous": dynamic is not None if budgeted else None,
         "compute_matched": spec.compute_matched,
-        "reference_budget": reference, "steps": trainer.state.global_step, "groups": groups,
+        "reference_budget": reference,
+        "steps": trainer.state.global_step,
+        "groups": groups,
         "steps_per_generation": trainer.args.steps_per_generation,
         "train_budget_histogram": _budget_histogram(trainer) if budgeted else {str(width): groups},
-        "train_rollouts_generated": rollouts, "lockstep_rollouts_generated": lockstep, "train_tokens_generated": tokens,
+        "train_rollouts_generated": rollouts,
+        "lockstep_rollouts_generated": lockstep,
+        "train_tokens_generated": tokens,
         "calibration_rollouts_generated": calibration_rollouts,
         "calibration_tokens_generated": sum(c["tokens"] for c in calibrations),
         "train_mean_k": rollouts / groups,
@@ -184,13 +198,15 @@ def _run_record(spec: TrainSpec, trainer, wall: float, cpu: float, initial: dict
             rollouts, calibration_rollouts, groups, reference
         ),
         "rollouts_per_prompt": rollouts_per_prompt(rollouts, calibration_rollouts, groups),
-        "train_wall_s": wall, "generation_wall_s": generation_seconds(trainer),
+        "train_wall_s": wall,
+        "generation_wall_s": generation_seconds(trainer),
         "update_wall_s": wall - generation_seconds(trainer) - in_run_calibration,
         "calibration_wall_s": calibration_wall,
         "total_wall_s": wall + initial_calibration,
         # The wall clock's twin that the neighbouring jobs do not move: training (in-run calibrations included) and
         # the initial calibration, in CPU seconds of the job's process and its children.
-        "train_cpu_s": cpu, "total_cpu_s": cpu + initial_calibration_cpu,
+        "train_cpu_s": cpu,
+        "total_cpu_s": cpu + initial_calibration_cpu,
         "calibrations": calibrations,
         # Dynamic sampling: every group sampled counts above; what it kept, dropped and how many rounds it took.
         "dynamic": None if dynamic is None else dict(dynamic),
@@ -204,6 +220,13 @@ def _budget_histogram(trainer) -> dict[str, int]:
 def _initial_record(initial: dict[str, Any], delta) -> dict[str, Any]:
     # The calibrate rule checked the automatic thresholds on held-out prompts; a fixed delta's are others.
     holdout = initial["holdout"] if delta == "auto" else None
-    return {"step": 0, **initial["thresholds"].to_dict(), "rollouts": initial["rollouts"], "tokens": initial["tokens"],
-            "wall_s": initial["wall_s"], "cpu_s": initial["cpu_s"], "initial": True,
-            **({"holdout": holdout} if holdout else {})}
+    return {
+        "step": 0,
+        **initial["thresholds"].to_dict(),
+        "rollouts": initial["rollouts"],
+        "tokens": initial["tokens"],
+        "wall_s": initial["wall_s"],
+        "cpu_s": initial["cpu_s"],
+        "initial": True,
+        **({"holdout": holdout} if holdout else {}),
+    }

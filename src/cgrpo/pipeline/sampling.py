@@ -46,8 +46,12 @@ def _generation_config(model, tokenizer, *, greedy: bool, temperature: float, ma
     (instruct checkpoints such as Qwen2.5 ship all three in their ``generation_config``).
     """
     eos = model.generation_config.eos_token_id
-    options = dict(max_new_tokens=max_new_tokens, eos_token_id=eos if eos is not None else tokenizer.eos_token_id,
-                   pad_token_id=tokenizer.pad_token_id, repetition_penalty=1.0)
+    options = dict(
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos if eos is not None else tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        repetition_penalty=1.0,
+    )
     if greedy:
         return GenerationConfig(do_sample=False, **options)
     return GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0, **options)
@@ -96,8 +100,9 @@ def generate_completions(
     return [samples * (num_samples // copies) for samples in per_prompt]
 
 
-def sampling_options(num_prompts: int, *, num_samples: int, temperature: float, max_new_tokens: int,
-                     greedy: bool = False, seed: int = 0) -> list[dict[str, Any]]:
+def sampling_options(
+    num_prompts: int, *, num_samples: int, temperature: float, max_new_tokens: int, greedy: bool = False, seed: int = 0
+) -> list[dict[str, Any]]:
     """`SamplingParams` options for each prompt: plain temperature sampling, as `generate_completions` does.
 
     vLLM seeds sample j of a prompt seeded s with s + j, so prompt i is seeded `seed + i * num_samples`: every sample
@@ -106,22 +111,45 @@ def sampling_options(num_prompts: int, *, num_samples: int, temperature: float, 
     _check(num_samples, temperature, max_new_tokens, 1, greedy)
     if greedy:
         return [{"n": 1, "temperature": 0.0, "max_tokens": max_new_tokens}] * num_prompts
-    return [{"n": num_samples, "temperature": temperature, "top_k": 0, "top_p": 1.0, "repetition_penalty": 1.0,
-             "max_tokens": max_new_tokens, "seed": (seed + index * num_samples) % _VLLM_SEEDS}
-            for index in range(num_prompts)]
+    return [
+        {
+            "n": num_samples,
+            "temperature": temperature,
+            "top_k": 0,
+            "top_p": 1.0,
+            "repetition_penalty": 1.0,
+            "max_tokens": max_new_tokens,
+            "seed": (seed + index * num_samples) % _VLLM_SEEDS,
+        }
+        for index in range(num_prompts)
+    ]
 
 
-def generate_completions_vllm(llm, prompts: list[str] | list[list[dict]], *, num_samples: int, temperature: float,
-                              max_new_tokens: int, greedy: bool = False, seed: int = 0,
-                              progress: bool = False) -> list[list[str]]:
+def generate_completions_vllm(
+    llm,
+    prompts: list[str] | list[list[dict]],
+    *,
+    num_samples: int,
+    temperature: float,
+    max_new_tokens: int,
+    greedy: bool = False,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[list[str]]:
     """`generate_completions` through the vLLM engine `llm`: one list of texts per prompt.
 
     With ``greedy`` each prompt is decoded once and its completion repeated ``num_samples`` times.
     """
     from vllm import SamplingParams
 
-    options = sampling_options(len(prompts), num_samples=num_samples, temperature=temperature,
-                               max_new_tokens=max_new_tokens, greedy=greedy, seed=seed)
+    options = sampling_options(
+        len(prompts),
+        num_samples=num_samples,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        greedy=greedy,
+        seed=seed,
+    )
     tokenizer = llm.get_tokenizer()
     texts = [_as_text(tokenizer, prompt) for prompt in prompts]
     outputs = llm.generate(texts, [SamplingParams(**option) for option in options], use_tqdm=progress)

@@ -75,8 +75,16 @@ class Limits:
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {self.timeout_s}.")
-        for name in ("memory_mb", "max_processes", "max_file_mb", "max_open_files", "max_output_bytes", "run_memory_mb",
-                     "disk_mb", "max_files"):
+        for name in (
+            "memory_mb",
+            "max_processes",
+            "max_file_mb",
+            "max_open_files",
+            "max_output_bytes",
+            "run_memory_mb",
+            "disk_mb",
+            "max_files",
+        ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}.")
         if self.cpu_s is not None and int(self.cpu_s) < 1:
@@ -114,12 +122,13 @@ HARNESS = Path(__file__).with_name("sandbox_harness.py").read_text()
 
 # --------------------------------------------------------------------------------------------- one run, in the parent
 
+
 def _records(output: bytes, token: str) -> list[dict]:
     marker, records = token.encode() + b" ", []
     for line in output.split(b"\n"):
         if line.startswith(marker):
             try:
-                record = json.loads(line[len(marker):])
+                record = json.loads(line[len(marker) :])
             except (ValueError, RecursionError):
                 continue
             if isinstance(record, dict):
@@ -139,11 +148,16 @@ def _note_isolation(isolation: dict[str, Any]) -> None:
             return
         _isolation_seen.update(isolation)
     if isolation.get("mode") != "namespaces" or isolation.get("notes"):
-        logger.warning("Code sandbox isolation: %s; %s (see docs/sandbox.md).", isolation.get("mode"),
-                       "; ".join(isolation.get("notes") or ["no notes"]))
+        logger.warning(
+            "Code sandbox isolation: %s; %s (see docs/sandbox.md).",
+            isolation.get("mode"),
+            "; ".join(isolation.get("notes") or ["no notes"]),
+        )
     else:
-        logger.info("Code sandbox isolation: namespaces, %s.",
-                    "per-run uid" if isolation.get("uid") else "user namespace (the caller's uid, no capabilities)")
+        logger.info(
+            "Code sandbox isolation: namespaces, %s.",
+            "per-run uid" if isolation.get("uid") else "user namespace (the caller's uid, no capabilities)",
+        )
 
 
 def _kill(process: subprocess.Popen) -> None:
@@ -155,7 +169,6 @@ def _kill(process: subprocess.Popen) -> None:
         process.kill()
     except ProcessLookupError:
         pass
-
 
 
 def _read_capped(process: subprocess.Popen, deadline: float, cap: int) -> tuple[bytes, str]:
@@ -194,19 +207,39 @@ def _python() -> str:
     return getattr(sys, "_base_executable", None) or sys.executable
 
 
-def _spec(token: str, program: str, tests: list[PreparedTest], setup: str, limits: Limits, isolation: str,
-          workdir: str, cgroup: str | None) -> dict[str, Any]:
+def _spec(
+    token: str,
+    program: str,
+    tests: list[PreparedTest],
+    setup: str,
+    limits: Limits,
+    isolation: str,
+    workdir: str,
+    cgroup: str | None,
+) -> dict[str, Any]:
     uid = _UID_BASE + secrets.randbelow(_UID_RANGE) if os.geteuid() == 0 else None
     bpf = seccomp_filter()
     return {
-        "token": token, "program": program, "setup": setup or "", "isolation": isolation, "uid": uid,
-        "workdir": workdir, "hidden": hidden_paths(workdir), "cgroup": cgroup,
+        "token": token,
+        "program": program,
+        "setup": setup or "",
+        "isolation": isolation,
+        "uid": uid,
+        "workdir": workdir,
+        "hidden": hidden_paths(workdir),
+        "cgroup": cgroup,
         "seccomp": bpf.hex() if bpf is not None else None,
         "tests": [[test.kind, test.source] for test in tests],
-        "limits": {"timeout_s": float(limits.timeout_s), "cpu_s": limits.cpu_seconds,
-                   "memory_bytes": int(limits.memory_mb) << 20, "file_bytes": int(limits.max_file_mb) << 20,
-                   "open_files": int(limits.max_open_files), "processes": int(limits.max_processes),
-                   "disk_bytes": int(limits.disk_mb) << 20, "inodes": int(limits.max_files)},
+        "limits": {
+            "timeout_s": float(limits.timeout_s),
+            "cpu_s": limits.cpu_seconds,
+            "memory_bytes": int(limits.memory_mb) << 20,
+            "file_bytes": int(limits.max_file_mb) << 20,
+            "open_files": int(limits.max_open_files),
+            "processes": int(limits.max_processes),
+            "disk_bytes": int(limits.disk_mb) << 20,
+            "inodes": int(limits.max_files),
+        },
     }
 
 
@@ -231,11 +264,22 @@ def _run_prepared(program: str, tests: list[PreparedTest], setup: str, limits: L
             json.dump(spec, handle)
         if spec["uid"] is not None:
             os.chown(workdir, spec["uid"], spec["uid"])
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir,
-               "TMPDIR": workdir}
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "HOME": workdir,
+            "TMPDIR": workdir,
+        }
         process = subprocess.Popen(
-            [_python(), "-I", "-S", "-c", HARNESS, spec_path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, cwd=workdir, env=env, start_new_session=True, close_fds=True,
+            [_python(), "-I", "-S", "-c", HARNESS, spec_path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=workdir,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
         )
         output, ended = _read_capped(process, start + limits.timeout_s, limits.max_output_bytes)
         if ended != "eof":
@@ -265,8 +309,13 @@ def _result(output: bytes, ended: str, token: str, tests: list[PreparedTest], wa
     tail = shown[-_OUTPUT_TAIL:].decode("utf-8", "replace")
     isolation = next((r["isolation"] for r in records if "isolation" in r), {})
     _note_isolation(isolation)
-    failed = {"passed": False, "tests_passed": [False] * len(tests), "output": tail, "wall_s": wall_s,
-              "isolation": isolation}
+    failed = {
+        "passed": False,
+        "tests_passed": [False] * len(tests),
+        "output": tail,
+        "wall_s": wall_s,
+        "isolation": isolation,
+    }
     errors = [r["sandbox_error"] for r in records if "sandbox_error" in r]
     if errors:
         logger.warning("Code sandbox failed to start a program: %s", errors[0])
@@ -317,8 +366,13 @@ def defines_function(program: str) -> bool:
     return "def" in program and _inspect(program)[1]  # no parse at all for a long program without a def
 
 
-def run_tests(program: str | None, tests: Sequence[str] | Sequence[PreparedTest], setup: str = "",
-              limits: Limits | None = None, isolation: str = "auto") -> RunResult:
+def run_tests(
+    program: str | None,
+    tests: Sequence[str] | Sequence[PreparedTest],
+    setup: str = "",
+    limits: Limits | None = None,
+    isolation: str = "auto",
+) -> RunResult:
     """Run ``program`` and then ``tests`` (assert statements) in a fresh sandbox; never raises for what it does.
 
     ``setup`` runs before the program (MBPP's ``test_setup_code``). ``isolation`` is ``"auto"`` (namespaces where the
@@ -330,8 +384,12 @@ def run_tests(program: str | None, tests: Sequence[str] | Sequence[PreparedTest]
     limits = limits or Limits()
     prepared = prepare_tests(tests)
     if program is None or not str(program).strip():
-        return RunResult(passed=False, status="no_program", tests_passed=[False] * len(prepared),
-                         detail="no program found in the completion")
+        return RunResult(
+            passed=False,
+            status="no_program",
+            tests_passed=[False] * len(prepared),
+            detail="no program found in the completion",
+        )
     program = str(program)
     try:
         return _run_prepared(program, prepared, setup, limits, isolation)
@@ -340,8 +398,14 @@ def run_tests(program: str | None, tests: Sequence[str] | Sequence[PreparedTest]
         return RunResult(passed=False, status="sandbox_error", tests_passed=[False] * len(prepared), detail=repr(error))
 
 
-def run_tests_many(programs: Sequence[str | None], tests: Sequence[str] | Sequence[PreparedTest], setup: str = "",
-                   limits: Limits | None = None, isolation: str = "auto", workers: int = 2) -> list[RunResult]:
+def run_tests_many(
+    programs: Sequence[str | None],
+    tests: Sequence[str] | Sequence[PreparedTest],
+    setup: str = "",
+    limits: Limits | None = None,
+    isolation: str = "auto",
+    workers: int = 2,
+) -> list[RunResult]:
     """:func:`run_tests` for each program against the same tests, ``workers`` runs at a time, results in order."""
     prepared = prepare_tests(tests)
     if workers < 1:

@@ -5,14 +5,27 @@ use only the standard library, and import every module it needs before the untru
 with the base types' own methods, saved before the program can patch them. docs/sandbox.md documents what each
 process does and what is isolated in each mode.
 """
-import builtins, ctypes, json, os, resource, select, signal, sys, time  # noqa: I001 - one line, before the program
+
+import builtins
+import ctypes
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time  # noqa: I001 - one line, before the program
 
 _type, _issubclass, _hex, _len = type, issubclass, hex, len
 _bool, _int, _float, _complex, _str, _bytes = bool, int, float, complex, str, bytes
 _list, _tuple, _dict, _set, _frozenset = list, tuple, dict, set, frozenset
 _int_index, _float_hex, _str_str, _bytes_hex = int.__index__, float.hex, str.__str__, bytes.hex
-_iters = ((_list, "l", list.__iter__), (_tuple, "t", tuple.__iter__), (_set, "S", set.__iter__),
-          (_frozenset, "F", frozenset.__iter__))
+_iters = (
+    (_list, "l", list.__iter__),
+    (_tuple, "t", tuple.__iter__),
+    (_set, "S", set.__iter__),
+    (_frozenset, "F", frozenset.__iter__),
+)
 _dict_items = dict.items
 _real, _imag = complex.__dict__["real"].__get__, complex.__dict__["imag"].__get__
 _dumps, _write, _exit, _Base = json.dumps, os.write, os._exit, BaseException
@@ -40,19 +53,22 @@ def check(result, what):
 
 
 def mount(source, target, fstype, flags, data=None):
-    enc = lambda s: None if s is None else s.encode()
+    def enc(s):
+        return None if s is None else s.encode()
+
     check(libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)), "mount " + target)
 
 
 def prctl(option, arg):
-    return libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                      ctypes.c_ulong(0))
+    return libc.prctl(
+        ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)
+    )
 
 
 def emit(fd, token, record):
     data = ("\n" + token + " " + _dumps(record) + "\n").encode()
     while data:
-        data = data[_write(fd, data):]
+        data = data[_write(fd, data) :]
 
 
 def enter_namespaces(spec, mode, notes):
@@ -74,8 +90,9 @@ def enter_namespaces(spec, mode, notes):
     err = ctypes.get_errno()
     if mode == "namespaces":
         raise OSError(err, "unshare: " + os.strerror(err))
-    notes.append(f"no namespaces (unshare: {os.strerror(err)}): network, filesystem writes and other processes are "
-                 "not isolated")
+    notes.append(
+        f"no namespaces (unshare: {os.strerror(err)}): network, filesystem writes and other processes are not isolated"
+    )
     return "process"
 
 
@@ -90,13 +107,24 @@ def close_ipc(notes):
 
 def make_read_only(notes):
     """Every mount of this namespace read-only and nosuid, recursively (mounts made afterwards are not)."""
+
     class MountAttr(ctypes.Structure):
-        _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
-                    ("userns_fd", ctypes.c_uint64)]
+        _fields_ = [
+            ("attr_set", ctypes.c_uint64),
+            ("attr_clr", ctypes.c_uint64),
+            ("propagation", ctypes.c_uint64),
+            ("userns_fd", ctypes.c_uint64),
+        ]
 
     attr = MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
-    result = libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), b"/", ctypes.c_uint(AT_RECURSIVE),
-                          ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    result = libc.syscall(
+        ctypes.c_long(SYS_MOUNT_SETATTR),
+        ctypes.c_int(AT_FDCWD),
+        b"/",
+        ctypes.c_uint(AT_RECURSIVE),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
     if result != 0:
         why = os.strerror(ctypes.get_errno())
         notes.append(f"filesystem not read-only outside the working directory (mount_setattr: {why})")
@@ -115,8 +143,12 @@ def setup_dev(notes):
         os.close(os.open("/dev/" + name, os.O_CREAT | os.O_WRONLY, 0o666))
         mount(f"/proc/self/fd/{fd}", "/dev/" + name, None, MS_BIND)
         os.close(fd)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2")):
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         os.symlink(target, "/dev/" + name)
     mount(None, "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=755")
 
@@ -161,8 +193,13 @@ def setup_filesystem(spec, notes):
         os.close(fd)
     os.makedirs(workdir, exist_ok=True)
     owner = spec["uid"] or 0
-    mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV,
-          f"size={limits['disk_bytes']},nr_inodes={limits['inodes']},mode=700,uid={owner},gid={owner}")
+    mount(
+        "tmpfs",
+        workdir,
+        "tmpfs",
+        MS_NOSUID | MS_NODEV,
+        f"size={limits['disk_bytes']},nr_inodes={limits['inodes']},mode=700,uid={owner},gid={owner}",
+    )
     mount(None, "/tmp", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=256k,nr_inodes=256,mode=755")
     setup_dev(notes)
     hidden = []
@@ -173,8 +210,8 @@ def setup_filesystem(spec, notes):
             hidden.append(path)
     for path in spec["hidden"]:  # the same directories inside the library's bound copy (site-packages)
         for old, new in moved.items():
-            if path.startswith(old.rstrip("/") + "/") and os.path.isdir(new + path[len(old):]):
-                hide(new + path[len(old):], notes)
+            if path.startswith(old.rstrip("/") + "/") and os.path.isdir(new + path[len(old) :]):
+                hide(new + path[len(old) :], notes)
     return moved
 
 
@@ -186,15 +223,28 @@ def install_seccomp(program_hex):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
     program = Program(_len(code) // 8, ctypes.addressof(buffer))
-    check(libc.prctl(ctypes.c_int(PR_SET_SECCOMP), ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(program),
-                     ctypes.c_ulong(0), ctypes.c_ulong(0)), "seccomp")
+    check(
+        libc.prctl(
+            ctypes.c_int(PR_SET_SECCOMP),
+            ctypes.c_ulong(SECCOMP_MODE_FILTER),
+            ctypes.byref(program),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
+        ),
+        "seccomp",
+    )
 
 
 def drop_privileges(spec, limits, isolation):
     uid = spec["uid"]
-    for name, value in (("RLIMIT_CPU", limits["cpu_s"]), ("RLIMIT_AS", limits["memory_bytes"]),
-                        ("RLIMIT_FSIZE", limits["file_bytes"]), ("RLIMIT_NOFILE", limits["open_files"]),
-                        ("RLIMIT_CORE", 0), ("RLIMIT_NPROC", limits["processes"])):
+    for name, value in (
+        ("RLIMIT_CPU", limits["cpu_s"]),
+        ("RLIMIT_AS", limits["memory_bytes"]),
+        ("RLIMIT_FSIZE", limits["file_bytes"]),
+        ("RLIMIT_NOFILE", limits["open_files"]),
+        ("RLIMIT_CORE", 0),
+        ("RLIMIT_NPROC", limits["processes"]),
+    ):
         which = getattr(resource, name)
         hard = resource.getrlimit(which)[1]
         if hard != resource.RLIM_INFINITY and uid is None:
@@ -214,8 +264,11 @@ def drop_privileges(spec, limits, isolation):
             _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
         class Data(ctypes.Structure):
-            _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                        ("inheritable", ctypes.c_uint32)]
+            _fields_ = [
+                ("effective", ctypes.c_uint32),
+                ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32),
+            ]
 
         check(libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()), "capset")
     check(prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
@@ -288,11 +341,13 @@ def run_untrusted(spec, moved, isolation, out):
         os.chdir(spec["workdir"])
         drop_privileges(spec, spec["limits"], isolation)
         if moved:
+
             def move(path):
                 for old, new in moved.items():
                     if path == old or path.startswith(old + "/"):
-                        return new + path[len(old):]
+                        return new + path[len(old) :]
                 return path
+
             sys.path[:] = [moved[path] for path in sys.path if path in moved]
             sys.path_importer_cache.clear()
             for module in list(sys.modules.values()):
@@ -344,9 +399,15 @@ def reaper(spec, isolation, notes, parent_gone, out):
                 pass
     if not spec["seccomp"]:
         notes.append("no seccomp filter (no syscall table for this architecture)")
-    report = {"mode": isolation, "uid": spec["uid"], "user_ns": spec.get("user_ns", False),
-              "cgroup": spec["cgroup"] is not None, "seccomp": bool(spec["seccomp"]),
-              "disk_cap": isolation == "namespaces", "notes": notes}
+    report = {
+        "mode": isolation,
+        "uid": spec["uid"],
+        "user_ns": spec.get("user_ns", False),
+        "cgroup": spec["cgroup"] is not None,
+        "seccomp": bool(spec["seccomp"]),
+        "disk_cap": isolation == "namespaces",
+        "notes": notes,
+    }
     emit(out, spec["token"], {"isolation": report})
     child = os.fork()
     if child == 0:
@@ -361,9 +422,36 @@ def reaper(spec, isolation, notes, parent_gone, out):
             _exit(0)
 
 
-PRELOAD = ("math", "cmath", "re", "heapq", "collections", "itertools", "functools", "string", "bisect", "operator",
-           "copy", "random", "typing", "fractions", "decimal", "statistics", "datetime", "array", "json", "hashlib",
-           "struct", "textwrap", "unicodedata", "dataclasses", "enum", "numbers", "abc", "contextlib")
+PRELOAD = (
+    "math",
+    "cmath",
+    "re",
+    "heapq",
+    "collections",
+    "itertools",
+    "functools",
+    "string",
+    "bisect",
+    "operator",
+    "copy",
+    "random",
+    "typing",
+    "fractions",
+    "decimal",
+    "statistics",
+    "datetime",
+    "array",
+    "json",
+    "hashlib",
+    "struct",
+    "textwrap",
+    "unicodedata",
+    "dataclasses",
+    "enum",
+    "numbers",
+    "abc",
+    "contextlib",
+)
 
 
 def readable_by_others(path):

@@ -82,8 +82,12 @@ def create_cgroup(name: str, memory_bytes: int, processes: int) -> str | None:
     os.mkdir(path)
     try:
         if version == "2":
-            settings = [("memory.max", memory_bytes), ("memory.swap.max", 0), ("memory.oom.group", 1),
-                        ("pids.max", processes + 4)]
+            settings = [
+                ("memory.max", memory_bytes),
+                ("memory.swap.max", 0),
+                ("memory.oom.group", 1),
+                ("pids.max", processes + 4),
+            ]
         else:
             settings = [("memory.limit_in_bytes", memory_bytes), ("memory.memsw.limit_in_bytes", memory_bytes)]
         for key, value in settings:
@@ -134,8 +138,22 @@ def hidden_paths(workdir: str) -> list[str]:
         candidates.append(os.getcwd())
     except OSError:  # a working directory that was removed
         pass
-    protected = {"/", "/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/dev", "/proc", "/sys", "/tmp",
-                 "/var", "/opt"}
+    protected = {
+        "/",
+        "/usr",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/bin",
+        "/sbin",
+        "/etc",
+        "/dev",
+        "/proc",
+        "/sys",
+        "/tmp",
+        "/var",
+        "/opt",
+    }
     work = os.path.realpath(workdir)
     hidden = []
     for candidate in candidates:
@@ -194,8 +212,9 @@ def remove_tree(path: str) -> bool:
             first = path not in _failed_removals
             _failed_removals.add(path)
         if first:
-            logger.error("Code sandbox: could not remove the run's working directory %s (%s); remove it by hand.",
-                         path, error)
+            logger.error(
+                "Code sandbox: could not remove the run's working directory %s (%s); remove it by hand.", path, error
+            )
         return False
     finally:
         os.close(fd)

@@ -22,17 +22,51 @@ import struct
 
 # Syscall numbers: x86-64 (asm/unistd_64.h) and the generic table arm64 uses (asm-generic/unistd.h).
 _BLOCKED = {
-    "unshare": (272, 97), "setns": (308, 268), "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41),
-    "open_tree": (428, 428), "move_mount": (429, 429), "fsopen": (430, 430), "fsconfig": (431, 431),
-    "fsmount": (432, 432), "fspick": (433, 433), "mount_setattr": (442, 442), "bpf": (321, 280),
-    "userfaultfd": (323, 282), "io_uring_setup": (425, 425), "io_uring_enter": (426, 426),
-    "io_uring_register": (427, 427), "perf_event_open": (298, 241), "keyctl": (250, 219), "add_key": (248, 217),
-    "request_key": (249, 218), "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
-    "kexec_load": (246, 104), "kexec_file_load": (320, 294), "init_module": (175, 105), "finit_module": (313, 273),
-    "delete_module": (176, 106), "shmget": (29, 194), "shmat": (30, 196), "msgget": (68, 186), "semget": (64, 190),
-    "mq_open": (240, 180), "chroot": (161, 51), "swapon": (167, 224), "swapoff": (168, 225), "reboot": (169, 142),
-    "acct": (163, 89), "quotactl": (179, 60), "fanotify_init": (300, 262), "open_by_handle_at": (304, 265),
-    "syslog": (103, 116), "settimeofday": (164, 170), "clock_settime": (227, 112),
+    "unshare": (272, 97),
+    "setns": (308, 268),
+    "mount": (165, 40),
+    "umount2": (166, 39),
+    "pivot_root": (155, 41),
+    "open_tree": (428, 428),
+    "move_mount": (429, 429),
+    "fsopen": (430, 430),
+    "fsconfig": (431, 431),
+    "fsmount": (432, 432),
+    "fspick": (433, 433),
+    "mount_setattr": (442, 442),
+    "bpf": (321, 280),
+    "userfaultfd": (323, 282),
+    "io_uring_setup": (425, 425),
+    "io_uring_enter": (426, 426),
+    "io_uring_register": (427, 427),
+    "perf_event_open": (298, 241),
+    "keyctl": (250, 219),
+    "add_key": (248, 217),
+    "request_key": (249, 218),
+    "ptrace": (101, 117),
+    "process_vm_readv": (310, 270),
+    "process_vm_writev": (311, 271),
+    "kexec_load": (246, 104),
+    "kexec_file_load": (320, 294),
+    "init_module": (175, 105),
+    "finit_module": (313, 273),
+    "delete_module": (176, 106),
+    "shmget": (29, 194),
+    "shmat": (30, 196),
+    "msgget": (68, 186),
+    "semget": (64, 190),
+    "mq_open": (240, 180),
+    "chroot": (161, 51),
+    "swapon": (167, 224),
+    "swapoff": (168, 225),
+    "reboot": (169, 142),
+    "acct": (163, 89),
+    "quotactl": (179, 60),
+    "fanotify_init": (300, 262),
+    "open_by_handle_at": (304, 265),
+    "syslog": (103, 116),
+    "settimeofday": (164, 170),
+    "clock_settime": (227, 112),
 }
 _CLONE, _CLONE3, _SOCKET = (56, 220), (435, 435), (41, 198)
 # AUDIT_ARCH_X86_64 and AUDIT_ARCH_AARCH64; the column of each architecture in the tables above.
@@ -69,10 +103,19 @@ def seccomp_filter(machine: str | None = None) -> bytes | None:
         program += [_op(_JEQ_K, numbers[column], 0, 1), _deny(errno.EPERM)]
     program += [_op(_JEQ_K, _CLONE3[column], 0, 1), _deny(errno.ENOSYS)]
     # clone: deny when a namespace flag is set; socket: deny AF_UNIX. Each block reloads the number afterwards.
-    program += [_op(_JEQ_K, _CLONE[column], 0, 4), _op(_LD_W_ABS, _ARG0_LOW), _op(_JSET_K, _CLONE_NEW, 0, 1),
-                _deny(errno.EPERM), _op(_LD_W_ABS, _NR)]
-    program += [_op(_JEQ_K, _SOCKET[column], 0, 3), _op(_LD_W_ABS, _ARG0_LOW), _op(_JEQ_K, _AF_UNIX, 0, 1),
-                _deny(errno.EPERM)]
+    program += [
+        _op(_JEQ_K, _CLONE[column], 0, 4),
+        _op(_LD_W_ABS, _ARG0_LOW),
+        _op(_JSET_K, _CLONE_NEW, 0, 1),
+        _deny(errno.EPERM),
+        _op(_LD_W_ABS, _NR),
+    ]
+    program += [
+        _op(_JEQ_K, _SOCKET[column], 0, 3),
+        _op(_LD_W_ABS, _ARG0_LOW),
+        _op(_JEQ_K, _AF_UNIX, 0, 1),
+        _deny(errno.EPERM),
+    ]
     program.append(_op(_RET_K, _ALLOW))
     return b"".join(program)
 

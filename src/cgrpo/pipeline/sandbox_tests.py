@@ -22,6 +22,7 @@ MAX_DEPTH = 100
 MAX_ITEMS = 200_000
 MAX_SAME_HASH = 16
 
+
 @dataclass(frozen=True)
 class PreparedTest:
     """One test, split for the sandbox.
@@ -49,16 +50,25 @@ class PreparedTest:
         return self.kind == "value" and _is_call_on_literals(self.source)
 
 
-
-
 # ----------------------------------------------------------------------------------------------- tests, in the parent
 class _NotLiteral(Exception):
     pass
 
 
 # Calls allowed in an expected value, evaluated in the parent on literal arguments: set((4, 5)), float("inf"), ...
-_LITERAL_CALLS = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "dict": dict, "float": float,
-                  "int": int, "complex": complex, "str": str, "bool": bool, "bytes": bytes}
+_LITERAL_CALLS = {
+    "set": set,
+    "frozenset": frozenset,
+    "tuple": tuple,
+    "list": list,
+    "dict": dict,
+    "float": float,
+    "int": int,
+    "complex": complex,
+    "str": str,
+    "bool": bool,
+    "bytes": bytes,
+}
 
 
 def _literal(node: ast.AST, depth: int = 0) -> Any:
@@ -85,8 +95,14 @@ def _literal(node: ast.AST, depth: int = 0) -> Any:
         if type(left) not in (int, float) or type(right) is not complex:
             raise _NotLiteral
         return left + right if isinstance(node.op, ast.Add) else left - right
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _LITERAL_CALLS
-            and not node.keywords and len(node.args) <= 1 and not any(isinstance(a, ast.Starred) for a in node.args)):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _LITERAL_CALLS
+        and not node.keywords
+        and len(node.args) <= 1
+        and not any(isinstance(a, ast.Starred) for a in node.args)
+    ):
         args = [_literal(arg, depth + 1) for arg in node.args]
         try:
             return _LITERAL_CALLS[node.func.id](*args)
@@ -101,7 +117,8 @@ def _is_call_on_literals(source: str) -> bool:
         return False
     arguments = [*node.args, *(keyword.value for keyword in node.keywords)]
     return all(keyword.arg is not None for keyword in node.keywords) and all(
-        _trusted_literal(argument)[0] for argument in arguments)
+        _trusted_literal(argument)[0] for argument in arguments
+    )
 
 
 def _trusted_literal(node: ast.AST) -> tuple[bool, Any]:
@@ -115,11 +132,30 @@ def _segment(text: str, node: ast.AST) -> str:
     return ast.get_source_segment(text, node) or ast.unparse(node)
 
 
-_COMPARISONS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in",
-                ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
-_OPERATORS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
-              ">=": operator.ge, "in": lambda a, b: a in b, "not in": lambda a, b: a not in b, "is": operator.is_,
-              "is not": operator.is_not}
+_COMPARISONS = {
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.In: "in",
+    ast.NotIn: "not in",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+}
+_OPERATORS = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "in": lambda a, b: a in b,
+    "not in": lambda a, b: a not in b,
+    "is": operator.is_,
+    "is not": operator.is_not,
+}
 
 
 def _expression(text: str, node: ast.AST) -> str:
@@ -133,8 +169,12 @@ def _expression(text: str, node: ast.AST) -> str:
 
 def _is_isclose(node: ast.AST) -> bool:
     function = node.func if isinstance(node, ast.Call) else None
-    return (isinstance(function, ast.Attribute) and function.attr == "isclose" and isinstance(function.value, ast.Name)
-            and function.value.id == "math") or (isinstance(function, ast.Name) and function.id == "isclose")
+    return (
+        isinstance(function, ast.Attribute)
+        and function.attr == "isclose"
+        and isinstance(function.value, ast.Name)
+        and function.value.id == "math"
+    ) or (isinstance(function, ast.Name) and function.id == "isclose")
 
 
 def _value_test(text: str, condition: ast.AST) -> PreparedTest | None:
@@ -146,8 +186,9 @@ def _value_test(text: str, condition: ast.AST) -> PreparedTest | None:
             ok, value = _trusted_literal(literal)
             # Identity means something only for the singletons; a decoded int is never the literal's object.
             if ok and (op not in ("is", "is not") or value is None or type(value) is bool):
-                return PreparedTest(kind="value", source=_expression(text, other), op=op, expected=value,
-                                    literal_first=literal_first)
+                return PreparedTest(
+                    kind="value", source=_expression(text, other), op=op, expected=value, literal_first=literal_first
+                )
         return None
     if _is_isclose(condition) and len(condition.args) == 2:
         options = []
@@ -159,8 +200,9 @@ def _value_test(text: str, condition: ast.AST) -> PreparedTest | None:
         for literal, other in ((condition.args[1], condition.args[0]), (condition.args[0], condition.args[1])):
             ok, value = _trusted_literal(literal)
             if ok and type(value) in (int, float):
-                return PreparedTest(kind="value", source=_expression(text, other), op="isclose",
-                                    expected=value, options=tuple(options))
+                return PreparedTest(
+                    kind="value", source=_expression(text, other), op="isclose", expected=value, options=tuple(options)
+                )
         return None
     if isinstance(condition, ast.UnaryOp) and isinstance(condition.op, ast.Not):
         return PreparedTest(kind="value", source=_expression(text, condition.operand), op="falsy")
@@ -189,7 +231,6 @@ def prepare_tests(tests: Sequence[str]) -> list[PreparedTest]:
         # ValueError, not TypeError: callers catch a dataset's bad tests as ValueError.
         raise ValueError("tests must be a list of test statements, not one string; wrap it in a list.")  # noqa: TRY004
     return [test if isinstance(test, PreparedTest) else _prepare_one(str(test)) for test in tests]
-
 
 
 def forgeable_tests(tests: Sequence[str]) -> list[str]:
@@ -274,5 +315,13 @@ def judge(test: PreparedTest, result: Any) -> bool:
         return False
 
 
-__all__ = ["MAX_DEPTH", "MAX_ITEMS", "MAX_SAME_HASH", "PreparedTest", "decode", "forgeable_tests", "judge",
-           "prepare_tests"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_ITEMS",
+    "MAX_SAME_HASH",
+    "PreparedTest",
+    "decode",
+    "forgeable_tests",
+    "judge",
+    "prepare_tests",
+]

@@ -83,12 +83,15 @@ def check_model_source(location: str, offline: bool | None = None) -> None:
     path = Path(location)
     if location.endswith(GGUF_SUFFIX):
         if not path.is_file():
-            raise ValueError(f"base_model.path {location!r} is no GGUF file; fix base_model.path or base_model.gguf_file.")
+            raise ValueError(
+                f"base_model.path {location!r} is no GGUF file; fix base_model.path or base_model.gguf_file."
+            )
         return
     if path.exists():
         if not (path / "config.json").is_file():
-            raise ValueError(f"base_model.path {location!r} has no config.json; point it at a folder saved with "
-                             "save_pretrained.")
+            raise ValueError(
+                f"base_model.path {location!r} has no config.json; point it at a folder saved with save_pretrained."
+            )
         return
     if path.is_absolute() or location.startswith(".") or location.count("/") > 1:
         raise ValueError(
@@ -209,8 +212,14 @@ def evaluation_grid(config: Mapping[str, Any]) -> list[int]:
 def calibration_spec(config: Mapping[str, Any], grid: str, model: str, splits: str) -> CalibrationSpec:
     """The initial calibration of the grid spelled `grid`; it uses the split seed, since it serves every seed."""
     return CalibrationSpec(
-        model=model, splits=splits, task=task_spec(config), budget_grid=parse_grid(grid), seed=config["splits"]["seed"],
-        cgrpo=dict(config["cgrpo"]["options"]), trainer=method_trainer(config, "cgrpo"), peft=config["peft"],
+        model=model,
+        splits=splits,
+        task=task_spec(config),
+        budget_grid=parse_grid(grid),
+        seed=config["splits"]["seed"],
+        cgrpo=dict(config["cgrpo"]["options"]),
+        trainer=method_trainer(config, "cgrpo"),
+        peft=config["peft"],
     )
 
 
@@ -225,10 +234,14 @@ def evaluation_settings(config: Mapping[str, Any], trainer: Mapping[str, Any]) -
     return {
         "budget_grid": evaluation_grid(config),
         "score": options["score"],
-        "temperature": float(evaluation["temperature"] if evaluation["temperature"] is not None
-                             else trainer.get("temperature", 1.0)),
-        "max_new_tokens": int(evaluation["max_new_tokens"] if evaluation["max_new_tokens"] is not None
-                              else trainer.get("max_completion_length", 64)),
+        "temperature": float(
+            evaluation["temperature"] if evaluation["temperature"] is not None else trainer.get("temperature", 1.0)
+        ),
+        "max_new_tokens": int(
+            evaluation["max_new_tokens"]
+            if evaluation["max_new_tokens"] is not None
+            else trainer.get("max_completion_length", 64)
+        ),
         "batch_size": int(evaluation["batch_size"]),
         "deltas": [float(delta) for delta in evaluation["deltas"]],
         "delta_margin": float(options["delta_margin"]),

@@ -141,7 +141,9 @@ def _manifest_path(path: str | Path) -> Path:
     path = Path(path)
     manifest = path if path.name == MANIFEST else (path if path.is_dir() else path.parent) / MANIFEST
     if not manifest.is_file():
-        raise FileNotFoundError(f"No {MANIFEST} found at {manifest}; write the splits with cgrpo.pipeline.splits.make_splits.")
+        raise FileNotFoundError(
+            f"No {MANIFEST} found at {manifest}; write the splits with cgrpo.pipeline.splits.make_splits."
+        )
     return manifest
 
 

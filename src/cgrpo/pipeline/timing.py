@@ -37,4 +37,3 @@ class TimedGRPOTrainer(SupportedGRPOTrainer):
 def generation_seconds(trainer: GRPOTrainer) -> float:
     """Seconds any trainer of the support layer (`cgrpo.support`) spent in training-time generation."""
     return float(trainer.generation_totals["generation_s"])
-

@@ -34,9 +34,15 @@ def ablation_trainer(spec: TrainSpec, output_dir: Path, initial: None = None):
     torch.manual_seed(spec.seed)
     task = _task(spec)
     args = CGRPOConfig(budget_grid=list(spec.budget_grid), **spec.cgrpo, **_trainer_options(spec, output_dir))
-    return CGRPOTrainer(model=spec.model, reward_funcs=task.reward_funcs, args=args,
-                        train_dataset=_split(spec, task, "train"), answer_extractor=task.extract,
-                        verifier=task.verifier, peft_config=_peft_config(spec))
+    return CGRPOTrainer(
+        model=spec.model,
+        reward_funcs=task.reward_funcs,
+        args=args,
+        train_dataset=_split(spec, task, "train"),
+        answer_extractor=task.extract,
+        verifier=task.verifier,
+        peft_config=_peft_config(spec),
+    )
 
 
 def calibration_trainer(spec: CalibrationSpec, output_dir: Path):
@@ -49,8 +55,13 @@ def grpo_trainer(spec: TrainSpec, output_dir: Path, initial: None = None) -> Tim
     torch.manual_seed(spec.seed)
     task = _task(spec)
     args = GRPOConfig(num_generations=int(spec.num_generations), **_trainer_options(spec, output_dir))
-    return TimedGRPOTrainer(**_policy(spec), reward_funcs=task.reward_funcs, args=args,
-                            train_dataset=_split(spec, task, "train"), peft_config=_peft_config(spec))
+    return TimedGRPOTrainer(
+        **_policy(spec),
+        reward_funcs=task.reward_funcs,
+        args=args,
+        train_dataset=_split(spec, task, "train"),
+        peft_config=_peft_config(spec),
+    )
 
 
 def dapo_trainer(spec: TrainSpec, output_dir: Path, initial: None = None):
@@ -60,10 +71,16 @@ def dapo_trainer(spec: TrainSpec, output_dir: Path, initial: None = None):
     torch.manual_seed(spec.seed)
     task = _task(spec)
     options = {**spec.dynamic, "filter_metric": _reward_name(task, spec.dynamic["filter_metric"])}
-    args = DynamicSamplingConfig(num_generations=int(spec.num_generations), **options,
-                                 **_trainer_options(spec, output_dir))
-    return DynamicSamplingGRPOTrainer(**_policy(spec), reward_funcs=task.reward_funcs, args=args,
-                                      train_dataset=_split(spec, task, "train"), peft_config=_peft_config(spec))
+    args = DynamicSamplingConfig(
+        num_generations=int(spec.num_generations), **options, **_trainer_options(spec, output_dir)
+    )
+    return DynamicSamplingGRPOTrainer(
+        **_policy(spec),
+        reward_funcs=task.reward_funcs,
+        args=args,
+        train_dataset=_split(spec, task, "train"),
+        peft_config=_peft_config(spec),
+    )
 
 
 def _cgrpo_trainer(spec: Spec, output_dir: Path, delta, recalibrate_every: int, initial: dict[str, Any] | None):
@@ -79,10 +96,16 @@ def _cgrpo_trainer(spec: Spec, output_dir: Path, delta, recalibrate_every: int, 
         **_trainer_options(spec, output_dir),
     )
     return CGRPOTrainer(
-        **_policy(spec), reward_funcs=task.reward_funcs, args=args, train_dataset=_split(spec, task, "train"),
-        calibration_dataset=_split(spec, task, "calibration"), answer_extractor=task.extract, verifier=task.verifier,
+        **_policy(spec),
+        reward_funcs=task.reward_funcs,
+        args=args,
+        train_dataset=_split(spec, task, "train"),
+        calibration_dataset=_split(spec, task, "calibration"),
+        answer_extractor=task.extract,
+        verifier=task.verifier,
         initial_thresholds=initial and initial["thresholds"],
-        initial_calibration_rollouts=initial["rollouts"] if initial else 0, peft_config=_peft_config(spec),
+        initial_calibration_rollouts=initial["rollouts"] if initial else 0,
+        peft_config=_peft_config(spec),
     )
 
 
@@ -91,8 +114,10 @@ def _policy(spec: Spec) -> dict[str, Any]:
     TRL cannot load by name, the model and tokenizer loaded here in float32 as TRL would."""
     if gguf_parts(spec.model)[1] is None:
         return {"model": spec.model}
-    return {"model": load_model(spec.model, dtype=torch.float32),
-            "processing_class": load_tokenizer(spec.model, padding_side="left", truncation_side="left")}
+    return {
+        "model": load_model(spec.model, dtype=torch.float32),
+        "processing_class": load_tokenizer(spec.model, padding_side="left", truncation_side="left"),
+    }
 
 
 def _reward_name(task, metric: str) -> str | None:
@@ -117,8 +142,14 @@ def _split(spec: Spec, task, name: str):
 
 def _trainer_options(spec: Spec, output_dir: Path) -> dict[str, Any]:
     # Checkpoints let a killed training job resume; two are kept so that one is complete whenever a job is killed.
-    options = {"report_to": [], "save_strategy": "steps", "save_total_limit": 2, "logging_steps": 1, "seed": spec.seed,
-               "data_seed": spec.seed}
+    options = {
+        "report_to": [],
+        "save_strategy": "steps",
+        "save_total_limit": 2,
+        "logging_steps": 1,
+        "seed": spec.seed,
+        "data_seed": spec.seed,
+    }
     options.update(spec.trainer)
     options["output_dir"] = str(output_dir)
     return options

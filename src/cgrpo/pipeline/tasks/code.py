@@ -191,9 +191,15 @@ def code_task(
         raise ValueError(f"prompt_tests must be at least 0, got {prompt_tests}.")
     data = None
     if source == GENERATED:
-        loader = partial(generated_pool, generate=generate_functions, what="generated code task",
-                         num_examples=num_examples, seed=seed, ops_weights=tuple(ops_weights),
-                         family_weights=tuple(family_weights))
+        loader = partial(
+            generated_pool,
+            generate=generate_functions,
+            what="generated code task",
+            num_examples=num_examples,
+            seed=seed,
+            ops_weights=tuple(ops_weights),
+            family_weights=tuple(family_weights),
+        )
     elif source == HUMANEVAL:
         rows = humaneval_rows()
         if not allow_forgeable_tests:
@@ -207,14 +213,22 @@ def code_task(
         loader = partial(load_code_hub, hub_id, config=hub_config)
         data = DataSource(hub_id, False, _MBPP_COLUMNS, "code task")
     verifier = CodeVerifier(Limits(timeout_s=timeout_s, memory_mb=memory_mb), workers=workers, isolation=isolation)
-    return CodeTask(name="code", loader=loader, chat=chat, verifier=verifier, prompt_tests=int(prompt_tests),
-                    source=data, allow_forgeable_tests=bool(allow_forgeable_tests))
+    return CodeTask(
+        name="code",
+        loader=loader,
+        chat=chat,
+        verifier=verifier,
+        prompt_tests=int(prompt_tests),
+        source=data,
+        allow_forgeable_tests=bool(allow_forgeable_tests),
+    )
 
 
 def refuse_forgeable(tests_per_problem: Sequence[Sequence[str]], what: str) -> None:
     """Raise ValueError, naming the first case and the fix, when any problem's tests are not tamper-proof."""
-    forgeable = [(index, found) for index, tests in enumerate(tests_per_problem)
-                 if (found := forgeable_tests(list(tests)))]
+    forgeable = [
+        (index, found) for index, tests in enumerate(tests_per_problem) if (found := forgeable_tests(list(tests)))
+    ]
     if forgeable:
         index, found = forgeable[0]
         raise ValueError(

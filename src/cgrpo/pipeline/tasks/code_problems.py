@@ -52,8 +52,14 @@ def _int_op(rng: random.Random, var: str) -> _Op:
 
 
 def _list_op(rng: random.Random) -> _Op:
-    name, clause = rng.choice((("sum", "sums it"), ("max", "takes the largest element"),
-                               ("min", "takes the smallest element"), ("len", "counts its elements")))
+    name, clause = rng.choice(
+        (
+            ("sum", "sums it"),
+            ("max", "takes the largest element"),
+            ("min", "takes the smallest element"),
+            ("len", "counts its elements"),
+        )
+    )
     function = {"sum": sum, "max": max, "min": min, "len": len}[name]
     return _Op(clause, f"x = {name}(xs)", function)
 
@@ -116,8 +122,7 @@ def _function_problem(rng: random.Random, ops_weights: Sequence[float], family_w
         for op in ops:
             expected = op.apply(expected)
         tests.append(f"assert {name}({value!r}) == {expected!r}")
-    return {"question": question, "answer": program, "tests": tests, "setup": "", "family": family,
-            "num_ops": num_ops}
+    return {"question": question, "answer": program, "tests": tests, "setup": "", "family": family, "num_ops": num_ops}
 
 
 def generate_functions(
@@ -136,8 +141,13 @@ def generate_functions(
     """
     if num_examples < 1:
         raise ValueError(f"num_examples must be positive, got {num_examples}; ask for at least one problem.")
-    if (not ops_weights or len(ops_weights) > 3 or min(ops_weights) < 0 or len(family_weights) != len(FAMILIES)
-            or min(family_weights) < 0):
+    if (
+        not ops_weights
+        or len(ops_weights) > 3
+        or min(ops_weights) < 0
+        or len(family_weights) != len(FAMILIES)
+        or min(family_weights) < 0
+    ):
         raise ValueError(
             f"Weights ops={tuple(ops_weights)} families={tuple(family_weights)} are invalid; give 1 to 3 non-negative "
             f"weights for 1, 2, 3 operations and one per family ({', '.join(FAMILIES)})."
@@ -145,5 +155,3 @@ def generate_functions(
     rng = random.Random(seed)
     rows = [_function_problem(rng, ops_weights, family_weights) for _ in range(num_examples)]
     return Dataset.from_list(rows)
-
-

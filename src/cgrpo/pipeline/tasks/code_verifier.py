@@ -66,7 +66,7 @@ def extract_program(completion: str | list[dict]) -> str | None:
         return text.strip() or None
     if head.strip() and defines_function(head):
         return head.strip()
-    blocks = [(tag.lower(), body) for tag, body in _fenced_blocks(text[len(head):])]
+    blocks = [(tag.lower(), body) for tag, body in _fenced_blocks(text[len(head) :])]
     python = [body for tag, body in blocks if tag in _PYTHON_TAGS and body.strip()]
     for body in python:
         if defines_function(body):
@@ -105,8 +105,9 @@ class CodeVerifier:
     C-GRPO outcomes of the same completions run each program once and always agree.
     """
 
-    def __init__(self, limits: Limits | None = None, workers: int = 2, isolation: str = "auto",
-                 cache_size: int = 4096) -> None:
+    def __init__(
+        self, limits: Limits | None = None, workers: int = 2, isolation: str = "auto", cache_size: int = 4096
+    ) -> None:
         if isolation not in ISOLATION_MODES:
             raise ValueError(f"Unknown isolation {isolation!r}; use one of {', '.join(ISOLATION_MODES)}.")
         if workers < 1:
@@ -156,12 +157,20 @@ class CodeVerifier:
             except ValueError as error:  # the dataset's fault: every program fails, training goes on
                 self._warn_invalid(group["tests"], error)
                 for index, _, _ in group["jobs"]:
-                    results[index] = RunResult(passed=False, status="invalid_tests",
-                                               tests_passed=[False] * len(group["tests"]), detail=str(error))
+                    results[index] = RunResult(
+                        passed=False,
+                        status="invalid_tests",
+                        tests_passed=[False] * len(group["tests"]),
+                        detail=str(error),
+                    )
                 continue
             programs = list(dict.fromkeys(program for _, program, _ in group["jobs"]))
-            outcomes = dict(zip(programs, run_tests_many(programs, prepared, group["setup"], self.limits,
-                                                          self.isolation, self.workers)))
+            outcomes = dict(
+                zip(
+                    programs,
+                    run_tests_many(programs, prepared, group["setup"], self.limits, self.isolation, self.workers),
+                )
+            )
             for index, program, key in group["jobs"]:
                 results[index] = outcomes[program]
                 self._store(key, outcomes[program])
@@ -202,8 +211,9 @@ def _per_completion(column: Any, count: int, default: Any) -> list:
     return [default] * count if column is None else list(column)
 
 
-def code_correctness_reward(completions, tests, setup=None, verifier: CodeVerifier | None = None,
-                            **kwargs) -> list[float]:
+def code_correctness_reward(
+    completions, tests, setup=None, verifier: CodeVerifier | None = None, **kwargs
+) -> list[float]:
     """1.0 where the completion's program passes all its prompt's ``tests``, else 0.0 (TRL columns: one test list per
     completion)."""
     verifier = verifier or CodeVerifier()
@@ -223,11 +233,12 @@ def code_format_reward(completions, tests=None, **kwargs) -> list[float]:
             continue
         name = entry_point(test_list)
         try:
-            defined = {node.name for node in ast.parse(program).body
-                       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            defined = {
+                node.name
+                for node in ast.parse(program).body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            }
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             defined = set()
         rewards.append(float(bool(defined) and (name is None or name in defined)))
     return rewards
-
-

@@ -38,17 +38,28 @@ def humaneval_file() -> Path:
 
 def _as_isclose(condition: ast.expr) -> ast.expr:
     """``abs(<a> - <b>) < <tol>`` as ``math.isclose(<a>, <b>, abs_tol=<tol>)``; any other condition unchanged."""
-    if not (isinstance(condition, ast.Compare) and len(condition.ops) == 1
-            and isinstance(condition.ops[0], (ast.Lt, ast.LtE))):
+    if not (
+        isinstance(condition, ast.Compare)
+        and len(condition.ops) == 1
+        and isinstance(condition.ops[0], (ast.Lt, ast.LtE))
+    ):
         return condition
     call = condition.left
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "abs"
-            and len(call.args) == 1 and isinstance(call.args[0], ast.BinOp) and isinstance(call.args[0].op, ast.Sub)):
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == "abs"
+        and len(call.args) == 1
+        and isinstance(call.args[0], ast.BinOp)
+        and isinstance(call.args[0].op, ast.Sub)
+    ):
         return condition
     difference = call.args[0]
-    return ast.Call(func=ast.Attribute(value=ast.Name("math", ast.Load()), attr="isclose", ctx=ast.Load()),
-                    args=[difference.left, difference.right],
-                    keywords=[ast.keyword(arg="abs_tol", value=condition.comparators[0])])
+    return ast.Call(
+        func=ast.Attribute(value=ast.Name("math", ast.Load()), attr="isclose", ctx=ast.Load()),
+        args=[difference.left, difference.right],
+        keywords=[ast.keyword(arg="abs_tol", value=condition.comparators[0])],
+    )
 
 
 class _Rename(ast.NodeTransformer):
@@ -62,14 +73,16 @@ class _Rename(ast.NodeTransformer):
 def _single_asserts(test_code: str, entry_point: str) -> list[str] | None:
     """The check function's asserts as tamper-proof single asserts on ``entry_point``, or None where it has anything
     else or an assert that would not be tamper-proof."""
-    check = next((node for node in ast.parse(test_code).body
-                  if isinstance(node, ast.FunctionDef) and node.name == "check"), None)
+    check = next(
+        (node for node in ast.parse(test_code).body if isinstance(node, ast.FunctionDef) and node.name == "check"), None
+    )
     if check is None:
         return None
     tests = []
     for statement in check.body:
         if isinstance(statement, (ast.Pass, ast.Expr)) and (
-                isinstance(statement, ast.Pass) or isinstance(statement.value, ast.Constant)):
+            isinstance(statement, ast.Pass) or isinstance(statement.value, ast.Constant)
+        ):
             continue  # pass, a docstring or a bare string
         if not isinstance(statement, ast.Assert):
             return None
@@ -92,11 +105,17 @@ def humaneval_rows(path: str | Path | None = None) -> list[dict]:
     for problem in problems:
         entry = problem["entry_point"]
         tests = _single_asserts(problem["test"], entry)
-        rows.append({
-            "question": problem["prompt"], "answer": problem["prompt"] + problem["canonical_solution"],
-            "tests": tests or [f"{problem['test']}\ncheck({entry})"], "setup": "", "task_id": problem["task_id"],
-            "entry_point": entry, "tamper_proof": tests is not None,
-        })
+        rows.append(
+            {
+                "question": problem["prompt"],
+                "answer": problem["prompt"] + problem["canonical_solution"],
+                "tests": tests or [f"{problem['test']}\ncheck({entry})"],
+                "setup": "",
+                "task_id": problem["task_id"],
+                "entry_point": entry,
+                "tamper_proof": tests is not None,
+            }
+        )
     return rows
 
 
