@@ -49,6 +49,7 @@ def _eval_args() -> argparse.Namespace:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_rebuild_check_accepts_the_shipped_model_and_rejects_another(script, bootstrapped_model_dir):
     # The check itself (benchmarks/base_model.py --reference): a rebuild on the machine that built the shipped model
     # is bit-identical; whether one elsewhere is within the tolerance is what the script measures there.
@@ -83,6 +84,7 @@ def _dry_run(workdir: Path, *configfiles: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.long
 def test_the_rebuild_override_needs_no_shipped_model(tmp_path):
     # Without the shipped model in the working directory, only the override (which bootstraps) passes the dry run.
     default = REPO / "config" / "config.yaml"

@@ -82,6 +82,7 @@ def _finished(run_dir: Path) -> tuple[dict, pd.DataFrame]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_killed_training_job_resumes_from_its_checkpoint(tmp_path):
     config = tmp_path / "longer.yaml"
     config.write_text(yaml.safe_dump({"training": {"max_steps": STEPS, "save_steps": SAVE_EVERY}}))

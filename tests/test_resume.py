@@ -133,6 +133,7 @@ def uninterrupted(tiny_model_dir, tmp_path_factory):
     return _outcome(trainer)
 
 
+@pytest.mark.long
 def test_resumed_run_equals_an_uninterrupted_one(tiny_model_dir, tmp_path, uninterrupted):
     resumed, checkpoint = _interrupted_and_resumed(partial(_trainer, tiny_model_dir), tmp_path)
     saved = json.loads(state_file(checkpoint, "cgrpo", 0).read_text())
@@ -163,6 +164,7 @@ def test_resumed_calibration_free_run_equals_an_uninterrupted_one(tiny_model_dir
     assert _same_weights(outcome["weights"], expected["weights"])
 
 
+@pytest.mark.long
 def test_resumed_dynamic_sampling_run_equals_an_uninterrupted_one(tiny_model_dir, tmp_path):
     make_trainer = partial(_dynamic_sampling_trainer, tiny_model_dir)
     uninterrupted = make_trainer(tmp_path / "uninterrupted")
