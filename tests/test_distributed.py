@@ -8,6 +8,8 @@ import pytest
 from conftest import run_two_ranks
 
 SCRIPT = Path(__file__).parent / "distributed" / "train_two_ranks.py"
+# Two training processes take about 15 s to start: .ci/run runs them in its long step and against the oldest TRL.
+pytestmark = pytest.mark.long
 
 
 @pytest.fixture(scope="module")

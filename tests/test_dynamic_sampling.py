@@ -667,6 +667,7 @@ def _without_timing(totals: dict) -> dict:
     return {key: value for key, value in totals.items() if not key.endswith("_s")}
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("trainer", ["dynamic", "cgrpo"])
 def test_two_processes_train_equal_batches_of_informative_groups_and_agree_on_totals(ranks, trainer):
     runs = [rank if trainer == "dynamic" else rank["cgrpo"] for rank in ranks]
