@@ -9,7 +9,12 @@ GPU platforms keep TRL's own sync, whose unpacked weights it loads directly.
 
 from __future__ import annotations
 
-from trl import GRPOTrainer
+from typing import TYPE_CHECKING
+
+# The evaluation imports CPU_OPTIONS through the vLLM backend; TRL takes seconds to import, and only the annotation
+# below needs it.
+if TYPE_CHECKING:
+    from trl import GRPOTrainer
 
 # `GRPOConfig` options for colocate mode on CPU: vLLM's memory check rejects the GPU default utilization (0.9) on a
 # small machine, and sizes the KV cache by the VLLM_CPU_KVCACHE_SPACE environment variable (GiB) instead; sleep mode
