@@ -3,7 +3,7 @@
 One process, every configuration side by side, on the same prompts: C-GRPO and GRPO at G = k_min and G = max(grid),
 for (a) prompts per generation round (the prompts of one generation batch, which several optimizer steps of
 `--prompts-per-step` prompts share), (b) the C-GRPO stopping regime: every prompt stops at k_min (`kmin`), every
-prompt walks the whole grid (`walk`), or each prompt stops at a budget drawn from the default experiment's training
+prompt walks the whole grid (`walk`), or each prompt stops at a budget drawn from the 160-step experiment's training
 histogram (`mix`), and (c) the model: random-weight Llamas of the default experiment's size (0.4M parameters) and of
 11M parameters, whose completions always run to `--max-completion-length`. The stopping regime is forced through
 C-GRPO's public API: the `first_success` score with thresholds of 1 and a verifier that passes the last row a prompt
@@ -84,11 +84,11 @@ def parse_args() -> argparse.Namespace:
         "--prompts-per-calibration",
         type=float,
         default=160.0,
-        help="training prompts per calibration (default run: 2 calibrations for 320 prompts)",
+        help="training prompts per calibration (the 160-step run, config/overrides/long.yaml: 2 calibrations for 320 prompts)",
     )
     parser.add_argument(
         "--mix",
-        default="results/reference/summary.csv",
+        default="results/reference/long/summary.csv",
         help="budget histogram of the 'mix' regime: a summary.csv whose C-GRPO rows have a "
         "train_budget_histogram, or 'k:weight,...'",
     )

@@ -1,0 +1,55 @@
+"""The committed reference tables come from the configs the docs say produced them.
+
+`results/reference/` holds the default experiment's tables, and its subfolders those of shipped overrides; a config
+edit that is not followed by a new reference run would leave the README quoting tables of another experiment.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from snakemake.utils import update_config
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "results" / "reference"
+
+
+def merged_config(*overrides: str) -> dict:
+    """config.yaml with `overrides` (paths under config/overrides) merged over it, as `--configfile` merges them."""
+    config = copy.deepcopy(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
+    for name in overrides:
+        update_config(config, yaml.safe_load((REPO / "config" / "overrides" / name).read_text()))
+    return config
+
+
+@pytest.mark.parametrize(
+    ("folder", "overrides"),
+    [
+        ("", ()),
+        ("long", ("long.yaml",)),
+        ("with_dapo", ("long.yaml", "with_dapo.yaml")),
+        ("one_step_generation", ("long.yaml", "one_step_generation.yaml")),
+    ],
+    ids=["default", "long", "with_dapo", "one_step_generation"],
+)
+def test_reference_tables_match_their_config(folder, overrides):
+    config = merged_config(*overrides)
+    summary = pd.read_csv(REFERENCE / folder / "summary.csv")
+    runs = summary[summary["method"] != "base"]
+    training = config["training"]
+    assert set(runs["steps"]) == {training["max_steps"]}
+    assert set(runs["steps_per_generation"]) == {training["steps_per_generation"]}
+    assert set(runs["seed"]) == set(config["seeds"])
+    cgrpo = runs[runs["method"] == "cgrpo"]
+    assert set(cgrpo["recalibrate_every"]) == set(config["cgrpo"]["recalibrate_every"])
+    expected_methods = {"cgrpo", "grpo"} | set(config["cgrpo"]["ablations"]["rules"])
+    if config["dapo"]["num_generations"]:
+        expected_methods.add("dapo")
+    assert set(runs["method"]) == expected_methods
+    # Groups per run: the training prompts, max_steps x per-step batch / G, which the eval split does not change.
+    prompts_per_step = training["per_device_train_batch_size"] // max(config["cgrpo"]["budget_grids"][0])
+    assert set(runs["groups"]) == {training["max_steps"] * prompts_per_step}
