@@ -18,26 +18,27 @@ REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "results" / "reference"
 
 
-def merged_config(*overrides: str) -> dict:
-    """config.yaml with `overrides` (paths under config/overrides) merged over it, as `--configfile` merges them."""
+def merged_config(*configs: str) -> dict:
+    """config.yaml with `configs` (paths under config/) merged over it in order, as `--configfile` merges them."""
     config = copy.deepcopy(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
-    for name in overrides:
-        update_config(config, yaml.safe_load((REPO / "config" / "overrides" / name).read_text()))
+    for name in configs:
+        update_config(config, yaml.safe_load((REPO / "config" / name).read_text()))
     return config
 
 
 @pytest.mark.parametrize(
-    ("folder", "overrides"),
+    ("folder", "configs"),
     [
         ("", ()),
-        ("long", ("long.yaml",)),
-        ("with_dapo", ("long.yaml", "with_dapo.yaml")),
-        ("one_step_generation", ("long.yaml", "one_step_generation.yaml")),
+        ("long", ("overrides/long.yaml",)),
+        ("with_dapo", ("overrides/long.yaml", "overrides/with_dapo.yaml")),
+        ("one_step_generation", ("overrides/long.yaml", "overrides/one_step_generation.yaml")),
+        ("smollm2_cpu", ("smollm2_cpu.yaml",)),
     ],
-    ids=["default", "long", "with_dapo", "one_step_generation"],
+    ids=["default", "long", "with_dapo", "one_step_generation", "smollm2_cpu"],
 )
-def test_reference_tables_match_their_config(folder, overrides):
-    config = merged_config(*overrides)
+def test_reference_tables_match_their_config(folder, configs):
+    config = merged_config(*configs)
     summary = pd.read_csv(REFERENCE / folder / "summary.csv")
     runs = summary[summary["method"] != "base"]
     training = config["training"]
