@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+import yaml
 
 from cgrpo.pipeline.tasks import get_task
 
@@ -39,13 +40,13 @@ def save_dequantized(folder: str) -> None:
     print(f"Saved {checkpoint.name} de-quantized to {folder}.")
 
 
-def _prompts(num_prompts: int, seed: int) -> tuple[object, list]:
-    # The task of config/smollm2_cpu.yaml: one operation on one-digit numbers, as chat prompts with `####` answers.
-    task = get_task(
-        "arithmetic", answer_format="hash", chat=True, num_examples=num_prompts, seed=seed,
-        ops_weights=[1.0, 0.0, 0.0], size_weights=[1.0, 0.0, 0.0],
-    )  # fmt: skip
-    return task, list(task.to_prompt_dataset(task.load("train"))["prompt"])
+CONFIG = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "smollm2_cpu.yaml").read_text())
+
+
+def _prompts(num_prompts: int) -> tuple[object, list]:
+    """config/smollm2_cpu.yaml's task and the first `num_prompts` prompts of its generated pool."""
+    task = get_task(CONFIG["task"]["name"], **CONFIG["task"]["options"])
+    return task, list(task.to_prompt_dataset(task.load("train"))["prompt"][:num_prompts])
 
 
 def _sampler(backend: str, folder: str, args):
@@ -77,7 +78,7 @@ def _timed(function, *args):
 def measure(backend: str, folder: str, args) -> dict:
     """One backend's row: load, sample one prompt to warm up, then time `args.prompts` prompts x `args.samples`."""
     torch.set_num_threads(args.threads)
-    task, prompts = _prompts(args.prompts + 1, args.seed)
+    task, prompts = _prompts(args.prompts + 1)
     load_s, (sample, tokenizer) = _timed(_sampler, backend, folder, args)
     # vLLM's CPU worker sets its own thread count (OMP_NUM_THREADS, else one thread) when the engine starts.
     threads = torch.get_num_threads()
@@ -112,12 +113,13 @@ def main() -> None:
     run.add_argument("backend", choices=["hf", "vllm"])
     run.add_argument("folder", help="the folder `save` wrote")
     run.add_argument("--prompts", type=int, default=8)
-    run.add_argument("--samples", type=int, default=8, help="samples per prompt (config/smollm2_cpu.yaml's G)")
-    run.add_argument("--max-new-tokens", type=int, default=48)
-    run.add_argument("--temperature", type=float, default=0.5)
-    run.add_argument("--batch-size", type=int, default=64, help="HF generate's rows per batch (the pipeline's)")
+    run.add_argument("--samples", type=int, default=CONFIG["grpo"]["num_generations"][0], help="samples per prompt")
+    run.add_argument("--max-new-tokens", type=int, default=CONFIG["training"]["max_completion_length"])
+    run.add_argument("--temperature", type=float, default=CONFIG["training"]["temperature"])
+    run.add_argument(
+        "--batch-size", type=int, default=CONFIG["evaluation"]["batch_size"], help="HF generate's rows per batch"
+    )
     run.add_argument("--threads", type=int, default=2, help="torch threads of HF generate (vLLM: OMP_NUM_THREADS)")
-    run.add_argument("--seed", type=int, default=0)
     run.add_argument("--out", required=True, help="CSV the row is appended to")
     args = parser.parse_args()
     if args.command == "save":
