@@ -15,6 +15,7 @@ include: "workflow/rules/splits.smk"
 include: "workflow/rules/calibration.smk"
 include: "workflow/rules/training.smk"
 include: "workflow/rules/evaluation.smk"
+include: "workflow/rules/replay.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -135,7 +135,8 @@ def measure(model_dir: Path, args: argparse.Namespace, problems_from: Path | Non
 # Largest accuracy difference (greedy, maj@8, pass@k over 300 unseen problems) accepted between a rebuild of the
 # shipped base model and the model itself: about two standard errors of an accuracy near 0.8 on 300 problems, so a
 # rebuild within it is indistinguishable from the shipped model at this size. Bootstrap seeds, which stand in for
-# other machines' floating-point details, differ by far more (README, "Why the default ships its base model").
+# other machines' floating-point details, differ by far more (docs/results.md, "Why the default ships
+# its base model").
 TOLERANCE = 0.05
 
 

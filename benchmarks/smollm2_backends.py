@@ -7,7 +7,8 @@ rollout, milliseconds per token, and the share of completions with an extracted 
 backends sample the same model, not a speed figure).
 
 vLLM's CPU platform cannot read the GGUF file, so the checkpoint is first saved de-quantized (float32) as a plain
-folder, in the environment with the `smollm2` extra; vLLM's CPU build lives in its own environment (README, "vLLM").
+folder, in the environment with the `smollm2` extra; vLLM's CPU build lives in its own environment
+(docs/clusters.md, "vLLM").
 Run from the repository root, offline, on idle cores (about 6 minutes on 2 cores)::
 
     python benchmarks/smollm2_backends.py save /tmp/smollm2

@@ -66,10 +66,12 @@ def main() -> None:
     grid = [args.stop_at, 2 * args.stop_at, 4 * args.stop_at, 8 * args.stop_at, 16 * args.stop_at]
     data = Dataset.from_dict(
         {
-            "prompt": [f"Question: {i} + {i} = ?\nAnswer: " for i in range(512)],
-            "answer": [str(2 * i) for i in range(512)],
+            "prompt": [f"Question: {i} + {i} = ?\nAnswer: " for i in range(516)],
+            "answer": [str(2 * i) for i in range(516)],
         }
     )
+    # Held-out calibration prompts: the conformal guarantee needs prompts the policy does not train on.
+    data, calibration = data.select(range(512)), data.select(range(512, 516))
     common = dict(
         output_dir=tempfile.mkdtemp(),
         use_cpu=True,
@@ -89,7 +91,7 @@ def main() -> None:
         model=model,
         reward_funcs=reward,
         train_dataset=data,
-        calibration_dataset=data.select(range(4)),
+        calibration_dataset=calibration,
         answer_extractor=lambda text: "same",  # every answer agrees: each prompt stops at the first budget
         args=CGRPOConfig(
             budget_grid=grid,

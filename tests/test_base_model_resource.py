@@ -60,7 +60,7 @@ def test_the_rebuild_check_accepts_the_shipped_model_and_rejects_another(script,
     assert other["reference"] == same["reference"]
 
 
-def _dry_run(workdir: Path, *configfiles: Path) -> subprocess.CompletedProcess:
+def _dry_run(workdir: Path, *configfiles: Path, experiment: str = "default") -> subprocess.CompletedProcess:
     command = [
         sys.executable,
         "-m",
@@ -77,7 +77,7 @@ def _dry_run(workdir: Path, *configfiles: Path) -> subprocess.CompletedProcess:
         "--configfile",
         *map(str, configfiles),
         "--",
-        "results/default/base_model/source.json",
+        f"results/{experiment}/base_model/source.json",
     ]
     return subprocess.run(
         command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120, check=False
@@ -92,5 +92,6 @@ def test_the_rebuild_override_needs_no_shipped_model(tmp_path):
     assert (
         missing.returncode != 0 and "resources/base_model/arithmetic' does not exist" in missing.stdout + missing.stderr
     )
-    rebuild = _dry_run(tmp_path, default, REPO / "config" / "overrides" / "rebuild_base_model.yaml")
+    rebuild_override = REPO / "config" / "overrides" / "rebuild_base_model.yaml"
+    rebuild = _dry_run(tmp_path, default, rebuild_override, experiment="rebuilt_base_model")
     assert rebuild.returncode == 0, rebuild.stdout + rebuild.stderr

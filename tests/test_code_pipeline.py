@@ -46,6 +46,7 @@ EVAL_KEYS = {
     "coverage",
     "coverage_splits",
     "per_prompt",
+    "pools",
     "eval_wall_s",
 }
 GRID = [2, 4]
@@ -236,6 +237,9 @@ def test_evaluate_model_with_an_execution_score(tiny_model_dir, code_splits, tmp
     record = json.loads(out.read_text())
     assert set(record) == EVAL_KEYS
     assert record["eval_greedy_acc"] == 1.0 and record["mean_at_k"] == 0.5
+    # The replay's samples of an execution score are the verifier's passes, without gold answers.
+    pools = record["pools"]["eval"]
+    assert pools["golds"] is None and {type(flag) for row in pools["outcomes"] for flag in row} == {bool}
     # Per prompt, for the intervals: each averages to its summary figure.
     assert record["per_prompt"] == {
         "eval_greedy_acc": [1.0] * 5,

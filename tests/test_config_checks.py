@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -65,9 +66,13 @@ def _objects(schema, path="config"):
 
 def test_every_config_section_refuses_unknown_keys():
     # The sections the schema leaves open are checked against the classes they become (below): GRPOConfig for the
-    # trainer sections, LoraConfig for peft, the bootstrap's settings and the task's factory for the options.
+    # trainer sections, LoraConfig for peft, the bootstrap's settings and the task's factory for the options; the maps
+    # keyed by stopping rule against the registry and each rule's options (check_stopping_rules).
     checked_elsewhere = {
         "$defs.trainer_overrides",
+        "config.cgrpo.ablations.settings",
+        "config.replay.settings",
+        "config.replay.options",
         "config.training",
         "config.task.options",
         "config.base_model.options",
@@ -185,6 +190,8 @@ def test_enum_annotations_are_not_checked():
         ("cgrpo.budget_grids", [[2, 8, 4]], "cgrpo.budget_grids[0] = [2, 8, 4] must be a strictly increasing"),
         ("cgrpo.budget_grids", [[2, 4.0, 8]], "must be a strictly increasing list of integers"),
         ("cgrpo.budget_grids", [[1, 2, 4]], "advantage is always zero"),
+        # One budget: no prompt can stop early, so the run would be GRPO at G = 8 under C-GRPO's name.
+        ("cgrpo.budget_grids", [[8]], "cgrpo.budget_grids[0]: grid [8] holds one budget"),
         # The smoke batch is 8 rows: groups of 16 (with one micro-batch per generation), 3 or 6 do not fit whole.
         (
             "cgrpo.trainer",
@@ -355,3 +362,22 @@ def test_bootstrap_on_another_tasks_data():
     config = with_change("base_model.options.task", "code")
     with pytest.raises(ConfigError, match="set base_model.options.task to 'arithmetic'"):
         planned(config)
+
+
+def test_stopping_rules_of_the_ablations_and_the_replay_are_checked_against_the_registry():
+    cases = [
+        ("cgrpo.ablations.rules", ["majority"], "names 'majority', which is no registered stopping rule"),
+        ("cgrpo.ablations.rules", ["conformal"], "lists conformal, which is C-GRPO itself"),
+        ("cgrpo.ablations.settings", {"unanimous": [1]}, "the 'unanimous' rule has no parameter to set"),
+        ("cgrpo.ablations.settings", {"esc": [1]}, "cgrpo.ablations.settings.esc: The esc rule's window must be"),
+        ("replay.settings", {"signal": [1.5]}, "replay.settings.signal: The signal rule's delta must lie in"),
+        ("replay.options", {"esc": {"tau": 0.5}}, "replay.options.esc: The 'esc' stopping rule has no option tau"),
+        ("replay.models", ["grpo_s9_G32"], "replay.models lists grpo_s9_G32, which this config does not train"),
+    ]
+    for key, value, message in cases:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            planned(with_change(key, value))
+    # A valid setting plans: ESC runs at two windows, one run per window and seed.
+    config = with_change("cgrpo.ablations.settings", {"esc": [2, 4]})
+    config["cgrpo"]["ablations"]["rules"] = ["esc"]
+    planned(config)

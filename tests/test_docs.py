@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,3 +116,85 @@ def test_a_key_without_description_is_refused():
     schema = {"properties": {"experiment": {"type": "string"}}, "$defs": {}}
     with pytest.raises(ValueError, match="lacks a description"):
         generator.config_keys(schema)
+
+
+# A pointer to a section by page and heading, as comments and docstrings write it: (docs/results.md, "Run time").
+SECTION_POINTER = re.compile(r"\b(README(?:\.md)?|docs/[\w-]+\.md),\s+\"([^\"]+)\"")
+POINTER_FILES = ("*.py", "*.yaml", "*.toml", "*.md", "*.smk", "*.sh", "Snakefile")
+
+
+def section_pointers(path: Path) -> list[tuple[str, str]]:
+    """(page, heading) of every section pointer in `path`, comment markers and line breaks inside it ignored."""
+    text = re.sub(r"\s*\n\s*(?:#+ ?)?", " ", path.read_text())
+    return SECTION_POINTER.findall(text)
+
+
+def pointer_files() -> list[Path]:
+    skipped = ("results", ".git", "build")
+    return sorted(
+        path
+        for pattern in POINTER_FILES
+        for path in REPO.rglob(pattern)
+        if not any(part in skipped or part.endswith(".egg-info") for part in path.relative_to(REPO).parts)
+    )
+
+
+def test_the_pointer_finder_reads_pointers_across_comment_lines(tmp_path):
+    code = tmp_path / "x.yaml"
+    code.write_text('# in an environment of its own (README,\n# "vLLM"); see docs/results.md, "Run time".\n')
+    assert section_pointers(code) == [("README", "vLLM"), ("docs/results.md", "Run time")]
+
+
+def headings(page: Path) -> list[str]:
+    return re.findall(r"^#{1,6} (.+)$", FENCE.sub("", page.read_text()), re.MULTILINE)
+
+
+def test_every_section_pointer_in_code_and_config_names_a_heading_that_exists():
+    pointers = {(path, page, heading) for path in pointer_files() for page, heading in section_pointers(path)}
+    # A finder that matched nothing would pass: the configs point to several sections.
+    assert len(pointers) >= 10
+    # A pointer may shorten a heading to its start: "A fair comparison" for "A fair comparison: what every method ...".
+    stale = [
+        f"{path.relative_to(REPO)}: ({page}, {heading!r})"
+        for path, page, heading in sorted(pointers)
+        if not any(h.startswith(heading) for h in headings(REPO / ("README.md" if page.startswith("README") else page)))
+    ]
+    assert not stale, "sections that no longer exist: " + "; ".join(stale)
+
+
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+PRINTED = re.compile(
+    r"C-GRPO generated (\d+) training and (\d+) calibration rollouts for (\d+) prompts; "
+    r"GRPO at G = 32 would have generated (\d+)\."
+)
+
+
+def usage_example(page: Path) -> str:
+    """The first Python code block of `page`: the README's and the trainer page's example of `CGRPOTrainer`."""
+    return PYTHON_BLOCK.search(page.read_text()).group(1)
+
+
+def test_the_readme_shows_the_trainer_pages_example():
+    # One example, run by the test below: the README's snippet once used names it never defined.
+    assert usage_example(REPO / "README.md") == usage_example(REPO / "docs" / "trainer.md")
+    # The output the trainer page quotes has the form the example prints.
+    assert PRINTED.search((REPO / "docs" / "trainer.md").read_text())
+
+
+@pytest.mark.slow
+def test_the_trainer_example_runs_as_written(tmp_path):
+    # As a user runs it: from the repository root, offline; its temporary folder lands in tmp_path, not the checkout.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TMPDIR": str(tmp_path)}
+    code = usage_example(REPO / "docs" / "trainer.md")
+    # The timeout is a safety net against a hung run, not a speed target: the example takes about 16 s on 2 cores.
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    printed = PRINTED.search(result.stdout)
+    assert printed, result.stdout[-2000:]
+    training, calibration, prompts, grpo = map(int, printed.groups())
+    assert (calibration, prompts, grpo) == (32 * 32, 64, 64 * 32)
+    # Every prompt drew at least the first budget, and at most the largest.
+    assert 2 * prompts <= training <= grpo
+    assert len(list(tmp_path.glob("cgrpo-example-*/splits/manifest.json"))) == 1

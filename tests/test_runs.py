@@ -4,6 +4,7 @@ in for a compute-matched run equal to a fixed-G run."""
 from __future__ import annotations
 
 import json
+import warnings
 from collections import Counter
 from types import SimpleNamespace
 
@@ -15,6 +16,7 @@ from conftest import REPO
 from cgrpo.calibration import Thresholds
 from cgrpo.dynamic_sampling import TOTALS_KEYS
 from cgrpo.pipeline import methods, runs, trainers
+from cgrpo.pipeline.logs import quiet_known_warnings
 from cgrpo.pipeline.methods import setting_label
 from cgrpo.pipeline.runs import _run_record, reuse_compute_matched
 from cgrpo.pipeline.specs import TrainSpec
@@ -196,3 +198,48 @@ def test_timed_grpo_trainer_counts_training_generation_only(tiny_model_dir, tmp_
     trainer.model.eval()
     trainer._generate(["1+1="] * 4)
     assert totals["train_rollouts"] == 3 * 8
+
+
+def test_a_tracker_keeps_its_files_and_the_model_gets_its_card(tiny_model_dir, tmp_path):
+    # The run's output_dir is its checkpoints folder, removed when the run ends; TensorBoard writes its event files
+    # there by default, and TRL its model card.
+    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    config["training"]["report_to"] = "tensorboard"
+    splits = tmp_path / "splits"
+    make_splits(
+        get_task("arithmetic", num_examples=200).load(),
+        splits,
+        sizes={"train": 32, "calibration": 8, "eval": 8},
+        seed=0,
+    )
+    run = tmp_path / "runs" / "unanimous_s0_g2-4-8"
+    runs.train_run(methods.train_spec(config, run.name, tiny_model_dir, str(splits)), run)
+    assert not (run / "checkpoints").exists()
+    events = list((run / "logs").rglob("events.out.tfevents.*"))
+    assert len(events) == 1 and events[0].stat().st_size > 0
+    card = (run / "model" / "README.md").read_text()
+    assert f"fine-tuned version of `{tiny_model_dir}`" in card
+    assert "trained with C-GRPO" in card and "budget grid 2, 4, 8" in card and "Stopping rule: `unanimous`." in card
+
+
+def _renamed_checkpointing_warnings(model_dir: str, tmp_path, quiet: bool) -> list[str]:
+    """The FutureWarnings of one job's calls to transformers' renamed gradient checkpointing names, as TRL makes them."""
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if quiet:
+            quiet_known_warnings()
+        GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[])
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        model.gradient_checkpointing_enable()
+        assert model.is_gradient_checkpointing
+        model.gradient_checkpointing_disable()
+    return [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
+
+
+def test_job_logs_leave_out_trls_use_of_renamed_transformers_names(tiny_model_dir, tmp_path):
+    noisy = _renamed_checkpointing_warnings(tiny_model_dir, tmp_path, quiet=False)
+    assert len(noisy) == 4 and all("gradient_checkpointing" in message for message in noisy)
+    assert _renamed_checkpointing_warnings(tiny_model_dir, tmp_path, quiet=True) == []

@@ -21,6 +21,7 @@ from cgrpo.pipeline.methods import (
     train_spec,
 )
 from cgrpo.pipeline.specs import EvaluationSpec, TrainSpec, calibration_spec, format_delta, parse_delta
+from cgrpo.stopping import rule_names
 
 CONFIG = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())
 
@@ -34,7 +35,7 @@ CONFIG = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").r
         (grpo_run_name(2, 16, matched=True), RunName("grpo", 2, num_generations=16, compute_matched=True)),
         (dapo_run_name(4, 32), RunName("dapo", 4, num_generations=32)),
         (ablation_run_name("unanimous", 2, [2, 4]), RunName("unanimous", 2, (2, 4))),
-        (ablation_run_name("share", 0, [2, 4, 8], 0.75), RunName("share", 0, (2, 4, 8), stop_share=0.75)),
+        (ablation_run_name("share", 0, [2, 4, 8], 0.75), RunName("share", 0, (2, 4, 8), stop_setting=0.75)),
         ("base", RunName("base")),
     ],
 )
@@ -138,6 +139,9 @@ def test_the_registry_lists_every_configured_run_and_refuses_a_calibrated_run_wi
     # The default leaves DAPO to its override; with it, the config asks for runs of every method.
     override = yaml.safe_load((Path(__file__).parents[1] / "config" / "overrides" / "with_dapo.yaml").read_text())
     config = {**CONFIG, "dapo": {**CONFIG["dapo"], **override["dapo"]}}
+    # Every registered stopping rule but C-GRPO's own can run as an ablation.
+    rules = [rule for rule in rule_names() if rule != "conformal"]
+    config["cgrpo"] = {**CONFIG["cgrpo"], "ablations": {**CONFIG["cgrpo"]["ablations"], "rules": rules}}
     assert "dapo" not in {parse_run_name(run).method for run in static_runs(CONFIG)}
     runs = static_runs(config)
     seeds = len(config["seeds"])

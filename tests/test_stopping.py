@@ -10,10 +10,23 @@ from datasets import Dataset
 
 from cgrpo import CGRPOConfig, CGRPOTrainer
 from cgrpo.calibration import Thresholds, should_stop
-from cgrpo.stopping import free_stopping_budgets, rule_stops, top_share
+from cgrpo.stopping import get_rule, stopping_budget, top_share
 from cgrpo.trainer_state import CGRPOState
 
 GRID = [2, 4, 8]
+
+
+def rule_stops(name, score, k, outcomes, *, qhat_k=None, rng=None, rewards=None, fit=None, **options):
+    """One decision of the registered rule ``name`` with ``options`` (the conformal rule's fit from ``qhat_k``)."""
+    rule = get_rule(name)(score, **options)
+    if qhat_k is not None:
+        fit = Thresholds(delta=0.1, qhat={k: qhat_k}, solve_rate=1.0, n_calibration=10)
+    return rule.stops(k, outcomes[:k], rewards, fit, rng)
+
+
+def free_stopping_budgets(name, score, grid, prompts, **options):
+    rule = get_rule(name)(score, **options)
+    return [stopping_budget(rule, None, grid, outcomes, None, random.Random(0)) for outcomes in prompts]
 
 
 # ---------------------------------------------------------------------- hand cases
@@ -108,10 +121,10 @@ def test_conformal_rule_is_should_stop_with_the_budgets_threshold():
         assert rule_stops("conformal", "aps", 4, outcomes, qhat_k=qhat, rng=random.Random(3)) == should_stop(
             "aps", 4, qhat, outcomes, random.Random(3)
         )
-    with pytest.raises(ValueError, match="needs the budget's threshold"):
-        rule_stops("conformal", "aps", 2, outcomes, rng=random.Random(0))
     with pytest.raises(ValueError, match="Unknown stopping rule 'majority'"):
         rule_stops("majority", "aps", 2, outcomes)
+    with pytest.raises(ValueError, match="has no option window; its options are: tau"):
+        get_rule("share")("aps", window=2)
 
 
 def test_free_stopping_budgets_replays_the_rule_on_prefixes():
@@ -123,8 +136,6 @@ def test_free_stopping_budgets_replays_the_rule_on_prefixes():
     ]
     assert free_stopping_budgets("unanimous", "aps", GRID, prompts) == [2, 8, 8, 8]
     assert free_stopping_budgets("share", "aps", GRID, prompts, tau=0.75) == [2, 4, 8, 8]
-    with pytest.raises(ValueError, match="replay the conformal rule with cgrpo.calibration.stopping_budgets"):
-        free_stopping_budgets("conformal", "aps", GRID, prompts)
     with pytest.raises(ValueError, match="largest budget is 8"):
         free_stopping_budgets("share", "aps", GRID, [["a"] * 4])
 
@@ -142,11 +153,13 @@ def test_state_without_thresholds_round_trips_through_json():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"stopping_rule": "majority"}, "stopping_rule must be one of conformal, unanimous, share"),
+        ({"stopping_rule": "majority"}, "stopping_rule must be one of conformal, unanimous, share, esc"),
+        ({"stopping_rule": "esc", "stopping_options": {"window": 1}}, "window must be an integer of at least 2"),
+        ({"stopping_rule": "adaptive", "stopping_options": {"tau": 0.9}}, "has no option tau"),
         ({"stopping_rule": "share", "stop_share": 0.0}, r"stop_share must lie in \(0, 1\]"),
         ({"stop_share": 1.5}, r"stop_share must lie in \(0, 1\]"),
         ({"calibration_holdout": -1}, "calibration_holdout must be a non-negative integer"),
-        ({"stopping_rule": "unanimous", "calibration_holdout": 4}, "calibration_holdout checks calibrated thresholds"),
+        ({"stopping_rule": "unanimous", "calibration_holdout": 4}, "calibration_holdout checks conformal thresholds"),
     ],
 )
 def test_invalid_stopping_options_raise(tmp_path, overrides, message):

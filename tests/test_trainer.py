@@ -228,7 +228,7 @@ def test_fixed_delta_that_the_calibration_set_cannot_certify_raises_before_train
 
 
 def test_config_defaults(tmp_path):
-    config = CGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, budget_grid=[8, 2, 4, 32, 16])
+    config = CGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)
     assert config.budget_grid == [2, 4, 8, 16, 32]
     assert config.num_generations == 32
     assert config.per_device_train_batch_size == 32
@@ -279,11 +279,11 @@ def test_invalid_trainer_arguments_raise(tiny_model_dir, tmp_path):
     with pytest.raises(TypeError, match="CGRPOConfig"):
         CGRPOTrainer(
             **{**common, "args": GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)},
-            calibration_dataset=_data(2),
+            calibration_dataset=_data(2, offset=100),
             answer_extractor=str,
         )
     with pytest.raises(ValueError, match="answer_extractor"):
-        CGRPOTrainer(**common, calibration_dataset=_data(2))
+        CGRPOTrainer(**common, calibration_dataset=_data(2, offset=100))
     with pytest.raises(ValueError, match="'prompt' column"):
         CGRPOTrainer(**common, calibration_dataset=Dataset.from_dict({"text": ["a"]}), answer_extractor=str)
     with pytest.raises(ValueError, match="no column 'answer'"):
@@ -291,15 +291,19 @@ def test_invalid_trainer_arguments_raise(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="must not be empty"):
         CGRPOTrainer(**common, calibration_dataset=_data(0), answer_extractor=str)
     with pytest.raises(NotImplementedError, match="tools"):
-        CGRPOTrainer(**common, calibration_dataset=_data(2), answer_extractor=str, tools=[len])
+        CGRPOTrainer(**common, calibration_dataset=_data(2, offset=100), answer_extractor=str, tools=[len])
     with pytest.raises(NotImplementedError, match="rollout_func"):
-        CGRPOTrainer(**common, calibration_dataset=_data(2), answer_extractor=str, rollout_func=lambda p, t: {})
+        CGRPOTrainer(
+            **common, calibration_dataset=_data(2, offset=100), answer_extractor=str, rollout_func=lambda p, t: {}
+        )
     with pytest.raises(ValueError, match="verifier"):
-        CGRPOTrainer(**{**common, "args": _config(tmp_path, score="pass_rate")}, calibration_dataset=_data(2))
+        CGRPOTrainer(
+            **{**common, "args": _config(tmp_path, score="pass_rate")}, calibration_dataset=_data(2, offset=100)
+        )
     with pytest.raises(ValueError, match="need more examples than the calibration set holds"):
         CGRPOTrainer(
             **{**common, "args": _config(tmp_path, num_calibration_samples=5)},
-            calibration_dataset=_data(2),
+            calibration_dataset=_data(2, offset=100),
             answer_extractor=str,
         )
 
@@ -336,7 +340,7 @@ def test_initial_thresholds_replace_the_first_calibration(tiny_model_dir, tmp_pa
             reward_funcs=_length_reward,
             args=_config(tmp_path),
             train_dataset=_data(8),
-            calibration_dataset=_data(2),
+            calibration_dataset=_data(2, offset=100),
             answer_extractor=str,
             initial_thresholds=Thresholds(delta=0.2, qhat={2: 0.5}, solve_rate=0.9, n_calibration=4),
         )
@@ -347,11 +351,20 @@ def _raise(*args, **kwargs):
 
 
 def test_an_extractor_that_raises_finds_no_answer_and_training_goes_on(tiny_model_dir, tmp_path, caplog):
-    trainer = _trainer(tiny_model_dir, tmp_path, extractor=_raise)
+    calls = []
+
+    def extractor(text):
+        # Call 1 is the trainer's check of the extractor at construction; calls 2 and 3 are the calibration's.
+        calls.append(text)
+        if len(calls) in (2, 3):
+            raise RuntimeError("user code failed")
+        return None
+
+    trainer = _trainer(tiny_model_dir, tmp_path, extractor=extractor)
     with caplog.at_level("WARNING", logger="cgrpo.trainer"):
         output = _score_batch(trainer, prompts=2)
-    # No answer is ever extracted, so no prompt stops early: calibration (4 x 8) and both groups (2 x 8) count.
-    assert trainer.cgrpo_totals["extraction_errors"] == 4 * 8 + 2 * 8
+    # No answer is ever extracted, so no prompt stops early: calibration (4 x 8) and both groups (2 x 8) are drawn.
+    assert trainer.cgrpo_totals["extraction_errors"] == 2 and len(calls) == 1 + 4 * 8 + 2 * 8
     assert output["completion_mask"].size(0) == 2 * 8
     assert caplog.text.count("user code failed") == 1
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from cgrpo.user_code import call_with_timeout
+from cgrpo.user_code import call_with_timeout, normalise_answer
 
 
 def test_returns_the_value_and_raises_the_error():
@@ -35,3 +35,23 @@ def test_a_busy_python_loop_times_out():
     with pytest.raises(TimeoutError):
         call_with_timeout(spin, 0.2, "verifier")
     stop.set()
+
+
+@pytest.mark.parametrize(("answer", "expected"), [(" 17 ", "17"), (17, "17"), (2.5, "2.5"), ("  ", None), (None, None)])
+def test_an_answer_is_text_a_number_or_none(answer, expected):
+    assert normalise_answer(answer) == expected
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        (["17"], r"a list \(\['17'\]\)"),
+        (("1", "2"), r"a tuple \(\('1', '2'\)\)"),
+        (True, r"a bool \(True\)"),
+        ({"a": 1}, r"a dict \(\{'a': 1\}\)"),
+    ],
+)
+def test_any_other_answer_names_its_type_and_the_fix(answer, named):
+    # Their text (a list of matches, a verifier's pass flag) never equals a gold answer, so every outcome would be wrong.
+    with pytest.raises(TypeError, match=f"answer_extractor returned {named}, not an answer; return the final answer"):
+        normalise_answer(answer)

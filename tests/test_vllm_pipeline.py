@@ -204,7 +204,7 @@ def vllm_smoke_run(vllm_installed, tmp_path_factory):
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_smoke_pipeline_with_vllm_end_to_end(vllm_smoke_run):
-    results = vllm_smoke_run[0] / "results" / "smoke"
+    results = vllm_smoke_run[0] / "results" / "vllm_cpu"
     summary = pd.read_csv(results / "tables" / "summary.csv")
     assert set(summary["method"]) == {"base", "cgrpo", "grpo", "dapo"}
     for column in ("eval_greedy_acc", "eval_maj_acc"):

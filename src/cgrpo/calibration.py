@@ -23,9 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from cgrpo.conformal import (
+    AUTO_DELTA_HIGH,
+    AUTO_DELTA_LOW,
     DELTA_MARGIN,
     aps_score,
     conformal_quantile,
+    conformal_rank,
     first_success_score,
     pass_rate_score,
     resolves_singleton,
@@ -46,6 +49,7 @@ __all__ = [
     "stopping_budget",
     "stopping_budgets",
     "training_grid",
+    "unanimous_solve_counts",
 ]
 
 SCORES = ("aps", "first_success", "pass_rate")
@@ -102,15 +106,21 @@ def _check_score(score: str) -> None:
 
 
 def training_grid(grid: Sequence[int]) -> list[int]:
-    """:func:`sorted_grid` of a grid to train with, which must also start at 2 or more.
+    """:func:`sorted_grid` of a grid to train with, which must also start at 2 or more and hold two budgets or more.
 
-    A prompt stopped at one completion forms a group of one row, whose advantage is always zero.
+    A prompt stopped at one completion forms a group of one row, whose advantage is always zero; with one budget, no
+    prompt can stop early.
     """
     budgets = sorted_grid(grid)
     if budgets[0] < 2:
         raise ValueError(
             f"grid {list(grid)} contains {budgets[0]}: a prompt stopped at one completion forms a group of one row, "
             "whose advantage is always zero; start the grid at 2 or more."
+        )
+    if len(budgets) == 1:
+        raise ValueError(
+            f"grid {list(grid)} holds one budget, so no prompt can stop before it (that is GRPO with "
+            f"{budgets[0]} completions per prompt); add another budget, e.g. {[2, budgets[0]] if budgets[0] > 2 else [2, 4]}."
         )
     return budgets
 
@@ -270,8 +280,29 @@ def fit_thresholds(
 
 
 def _auto_delta(scores_at_kmax: list[float], margin: float, n_fit: int) -> tuple[float, float]:
+    return select_delta_auto(scores_at_kmax, margin=margin, low=_auto_delta_floor(n_fit))
+
+
+def _auto_delta_floor(n_fit: int) -> float:
     # The automatic delta never goes below what the n_fit examples that set the thresholds can certify.
-    return select_delta_auto(scores_at_kmax, margin=margin, low=max(0.05, smallest_supported_delta(n_fit)))
+    return max(AUTO_DELTA_LOW, smallest_supported_delta(n_fit))
+
+
+def unanimous_solve_counts(n: int, margin: float) -> list[int]:
+    """The numbers of solved calibration examples, out of ``n`` that fit the thresholds, at which the automatic delta
+    (:func:`fit_thresholds` with ``delta=None``) leaves every threshold at 1.0, the unanimous rule.
+
+    An example is solved when its score at the largest budget is below 1. With ``solved`` of ``n`` solved, the
+    automatic delta asks for the ``conformal_rank(n, delta)``-th smallest score; when that rank exceeds ``solved``,
+    the threshold of the largest budget is 1.0, and those of the smaller budgets, whose scores are no lower, too.
+    Computed without scores, so that a trainer can warn about its calibration set before any is drawn.
+    """
+    counts = []
+    for solved in range(1, n):
+        delta = min(max(1.0 - solved / n + margin, _auto_delta_floor(n)), AUTO_DELTA_HIGH)
+        if conformal_rank(n, delta) > solved:
+            counts.append(solved)
+    return counts
 
 
 def _warn_if_unsupported(delta: float, n: int) -> None:

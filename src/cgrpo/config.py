@@ -9,7 +9,7 @@ from trl import GRPOConfig
 from .calibration import SCORES, training_grid
 from .conformal import DELTA_MARGIN
 from .sampler import validate_dynamic_sampling
-from .stopping import CALIBRATION_FREE_RULES, STOPPING_RULES
+from .stopping import get_rule, rule_names
 from .support import check_whole_groups, refuse_ignore_data_skip
 from .user_code import VERIFIER_TIMEOUT_S
 
@@ -27,16 +27,26 @@ class CGRPOConfig(GRPOConfig):
 
     Parameters:
         budget_grid (`list[int]`, *optional*, defaults to `[2, 4, 8, 16, 32]`):
-            Increasing per-prompt sampling budgets. Each prompt is sampled in increments along this grid and stops at
-            the first budget where the stopping rule holds (by default, whose conformal prediction set is a
-            singleton). Stored sorted.
+            Strictly increasing per-prompt sampling budgets, at least two of them, the smallest at least 2. Each
+            prompt is sampled in increments along this grid and stops at the first budget where the stopping rule
+            holds (by default, whose conformal prediction set is a singleton). A grid out of order or with one budget
+            (no prompt could stop early) is an error.
         stopping_rule (`str`, *optional*, defaults to `"conformal"`):
-            When a prompt stops (`cgrpo.stopping`): `"conformal"` (C-GRPO's rule, with thresholds fitted on the
-            calibration set), or one of the calibration-free rules on the same grid: `"unanimous"` (all outcomes so
-            far agree: one extracted answer, none failed; for the execution scores, all pass) and `"share"` (the most
-            frequent answer holds at least `stop_share` of the outcomes so far, failed extractions counting in the
-            denominator only; for the execution scores, the share of passes). The calibration-free rules need no
-            `calibration_dataset`, run no calibration, count no calibration cost and leave `thresholds` None.
+            When a prompt stops: any rule registered in `cgrpo.stopping` (`cgrpo.stopping.rule_names()`).
+            `"conformal"` is C-GRPO's rule, with thresholds fitted on the calibration set. `"signal"` is calibrated
+            too: it stops a prompt whose full group would likely carry no GRPO signal, losing at most a share
+            `delta` of the informative groups (it reads each training prompt's gold answer for the `"aps"` score).
+            The calibration-free rules on the same grid: `"unanimous"` (all outcomes so far agree), `"share"` (the
+            most frequent answer holds at least `stop_share` of the outcomes so far), `"esc"` (the latest `window`
+            outcomes agree), `"adaptive"` (the posterior probability that the leading answer is the majority reaches
+            `confidence`) and `"fixed"` (every prompt stops at `size`). Failed extractions count in the denominator
+            only; for the execution scores the agreeing outcome is a pass. A calibration-free rule needs no
+            `calibration_dataset`, runs no calibration, counts no calibration cost and leaves `thresholds` None.
+        stopping_options (`dict` or `None`, *optional*, defaults to `None`):
+            Options of the stopping rule, by name (each rule's `defaults`): `{"window": 2}` for `"esc"`,
+            `{"confidence": 0.9}` for `"adaptive"`, `{"delta": 0.1, "mixed_stop": 8}` for `"signal"`, `{"size": 8}`
+            for `"fixed"`, `{"tau": 0.9}` for `"share"` (overrides `stop_share`). The conformal rule takes its
+            options from `conformal_delta`, `delta_margin` and `split_delta`.
         stop_share (`float`, *optional*, defaults to `0.75`):
             The share tau of the `"share"` rule, in (0, 1]; `1` is the unanimous rule. Any tau above 1/2 stops the
             first budget of the default grid (2) only on two agreeing answers, as the other rules do, so the rules
@@ -121,15 +131,23 @@ class CGRPOConfig(GRPOConfig):
     budget_grid: list[int] = field(
         default_factory=lambda: [2, 4, 8, 16, 32],
         metadata={
-            "help": "Increasing per-prompt sampling budgets; a prompt stops at the first budget whose conformal "
-            "prediction set is a singleton."
+            "help": "Strictly increasing per-prompt sampling budgets, at least two, the smallest at least 2; a prompt "
+            "stops at the first budget whose conformal prediction set is a singleton."
         },
     )
     stopping_rule: str = field(
         default="conformal",
         metadata={
-            "help": "When a prompt stops: 'conformal' (calibrated thresholds), or the calibration-free "
-            "'unanimous' (all outcomes so far agree) or 'share' (the top answer holds stop_share of them)."
+            "help": "When a prompt stops: a rule registered in cgrpo.stopping: 'conformal' (calibrated thresholds), "
+            "'signal' (calibrated on GRPO's signal), or the calibration-free 'unanimous', 'share', 'esc', "
+            "'adaptive' and 'fixed'."
+        },
+    )
+    stopping_options: dict | None = field(
+        default=None,
+        metadata={
+            "help": "Options of the stopping rule by name, e.g. {'window': 2} for 'esc' or {'delta': 0.1} for "
+            "'signal'; None keeps the rule's defaults."
         },
     )
     stop_share: float = field(
@@ -289,8 +307,12 @@ class CGRPOConfig(GRPOConfig):
 
     @property
     def calibrated(self) -> bool:
-        """Whether the stopping rule uses calibrated thresholds (only `"conformal"` does)."""
-        return self.stopping_rule not in CALIBRATION_FREE_RULES
+        """Whether the stopping rule is fitted on the calibration set (`"conformal"` and `"signal"` are)."""
+        return get_rule(self.stopping_rule).calibrated
+
+    def build_stopping_rule(self):
+        """The `cgrpo.stopping.StoppingRule` these options ask for."""
+        return get_rule(self.stopping_rule).from_config(self)
 
     @property
     def max_budget(self) -> int:
@@ -318,7 +340,15 @@ class CGRPOConfig(GRPOConfig):
         )
 
     def _validate_budget_grid(self) -> None:
-        self.budget_grid = training_grid(self.budget_grid)
+        budgets = training_grid(self.budget_grid)
+        # Refused rather than sorted: the grid is the order in which budgets grow, the docs and the pipeline's config
+        # check say so, and a grid typed out of order is more likely a mistake than a wish.
+        if list(self.budget_grid) != budgets:
+            raise ValueError(
+                f"budget_grid {list(self.budget_grid)} is not increasing; list the budgets in increasing order, e.g. "
+                f"{budgets}."
+            )
+        self.budget_grid = budgets
 
     def _validate_conformal_options(self) -> None:
         if self.verifier_timeout_s is not None and not self.verifier_timeout_s > 0:
@@ -338,8 +368,11 @@ class CGRPOConfig(GRPOConfig):
             raise ValueError(
                 "split_delta only applies to the automatic delta; set conformal_delta=None or drop split_delta."
             )
-        if self.stopping_rule not in STOPPING_RULES:
-            raise ValueError(f"stopping_rule must be one of {', '.join(STOPPING_RULES)}, got {self.stopping_rule!r}.")
+        if not isinstance(self.stopping_rule, str) or self.stopping_rule not in rule_names():
+            raise ValueError(
+                f"stopping_rule must be one of {', '.join(rule_names())}, got {self.stopping_rule!r}; register a new "
+                "rule with cgrpo.stopping.register."
+            )
         if not (isinstance(self.stop_share, (int, float)) and 0.0 < self.stop_share <= 1.0):
             raise ValueError(f"stop_share must lie in (0, 1], got {self.stop_share!r}.")
         if not isinstance(self.calibration_holdout, int) or self.calibration_holdout < 0:
@@ -347,13 +380,17 @@ class CGRPOConfig(GRPOConfig):
                 f"calibration_holdout must be a non-negative integer (0 turns it off), got "
                 f"{self.calibration_holdout!r}."
             )
-        if self.calibration_holdout and not self.calibrated:
+        if self.calibration_holdout and self.stopping_rule != "conformal":
             raise ValueError(
-                f"calibration_holdout checks calibrated thresholds, which stopping_rule="
+                f"calibration_holdout checks conformal thresholds, which stopping_rule="
                 f"{self.stopping_rule!r} has none of; set calibration_holdout=0 or use the conformal rule."
             )
         if self.score not in SCORES:
             raise ValueError(f"score must be one of {', '.join(SCORES)}, got {self.score!r}.")
+        if self.stopping_options is not None and not isinstance(self.stopping_options, dict):
+            raise ValueError(f"stopping_options must be a dict or None, got {self.stopping_options!r}.")
+        # Building the rule checks its options before any model is loaded.
+        self.build_stopping_rule()
         if self.recalibrate_every < 0:
             raise ValueError(f"recalibrate_every must be >= 0 (0 calibrates once), got {self.recalibrate_every}.")
         if self.num_calibration_samples is not None and self.num_calibration_samples < 1:

@@ -27,9 +27,12 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 __all__ = [
+    "AUTO_DELTA_HIGH",
+    "AUTO_DELTA_LOW",
     "DELTA_MARGIN",
     "aps_score",
     "conformal_quantile",
+    "conformal_rank",
     "first_success_score",
     "pass_rate_score",
     "prediction_set",
@@ -43,6 +46,9 @@ Answer = Hashable | None
 # Margin of the automatic delta over the share of prompts unsolved at the largest budget; CGRPOConfig.delta_margin
 # and the pipeline's schema default to it.
 DELTA_MARGIN = 0.05
+
+# The automatic delta's bounds: :func:`select_delta_auto`'s defaults.
+AUTO_DELTA_LOW, AUTO_DELTA_HIGH = 0.05, 0.95
 
 # Guards the ceil in conformal_quantile against products such as
 # 20 * 0.95 landing a hair above an integer and bumping the rank by one.
@@ -83,6 +89,14 @@ def smallest_supported_delta(n: int) -> float:
     return 1.0 / (n + 1)
 
 
+def conformal_rank(n: int, delta: float) -> int:
+    """The rank, ceil((n+1)(1-delta)) and at least 1, of the split-conformal threshold among ``n`` sorted scores.
+
+    Above ``n`` no observed score reaches coverage ``1 - delta`` (see :func:`conformal_quantile`).
+    """
+    return max(math.ceil((n + 1) * (1.0 - delta) - _CEIL_EPS), 1)
+
+
 def conformal_quantile(scores: Sequence[float], delta: float) -> float:
     """Split-conformal threshold: the ceil((n+1)(1-delta))-th smallest score.
 
@@ -99,7 +113,7 @@ def conformal_quantile(scores: Sequence[float], delta: float) -> float:
     n = arr.size
     if np.isnan(arr).any():
         raise ValueError("scores contain NaN; drop or recompute the NaN scores before calibrating.")
-    rank = max(math.ceil((n + 1) * (1.0 - delta) - _CEIL_EPS), 1)
+    rank = conformal_rank(n, delta)
     if rank > n:
         return 1.0
     return float(np.partition(arr, rank - 1)[rank - 1])
@@ -218,8 +232,8 @@ def pass_rate_score(passes: Sequence[bool], k: int) -> float:
 def select_delta_auto(
     scores_at_kmax: Sequence[float],
     margin: float = DELTA_MARGIN,
-    low: float = 0.05,
-    high: float = 0.95,
+    low: float = AUTO_DELTA_LOW,
+    high: float = AUTO_DELTA_HIGH,
 ) -> tuple[float, float]:
     """Choose the miscoverage level from how often the largest budget solves a prompt.
 

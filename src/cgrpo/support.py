@@ -9,6 +9,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from trl import GRPOConfig, GRPOTrainer
 
+from .model_card import rewrite_card
 from .vllm_colocate import use_reloading_weight_sync
 
 # Keys every trainer's `generation_totals` holds: rollouts and completion tokens generated in training (all
@@ -67,6 +68,14 @@ class SupportedGRPOTrainer(GRPOTrainer):
             raise NotImplementedError(f"{name} supports text-only models: {self.text_only_reason}.")
         # TRL's colocate weight sync fails on vLLM's packed CPU layers (see `cgrpo.vllm_colocate`).
         use_reloading_weight_sync(self)
+
+    # Why: TRL's card links a base model loaded from a local folder as "[None](https://huggingface.co/None)" and says
+    # "trained with GRPO" for every subclass; the card names the folder, and the method with its settings.
+    def create_model_card(self, *args, **kwargs) -> None:
+        super().create_model_card(*args, **kwargs)
+        card = Path(self.args.output_dir) / "README.md"
+        if self.is_world_process_zero() and card.is_file():
+            card.write_text(rewrite_card(card.read_text(), self))
 
     # Why: a preempted run resumes from its last checkpoint, and a subclass's own state (thresholds, totals, stream
     # positions) decides the rest of the run as much as TRL's. TRL saves and restores each process's RNG states in

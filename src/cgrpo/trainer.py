@@ -31,11 +31,12 @@ from .padding import (
 )
 from .resume import read_state, write_state
 from .sampler import DynamicSampler
-from .stopping import rule_stops
+from .stopping import correct_flags
 from .support import Generated, SupportedGRPOTrainer
 from .trainer_calibration import CalibrationMixin
 from .trainer_checks import (
     calibration_examples,
+    check_extractions,
     check_initial_thresholds,
     check_scoring,
     reward_funcs_list,
@@ -161,12 +162,19 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
             raise TypeError(
                 "CGRPOTrainer needs args=CGRPOConfig(...), which carries the budget grid and conformal options."
             )
-        self._calibration_examples, self._holdout_examples = calibration_examples(calibration_dataset, args)
+        self._calibration_examples, self._holdout_examples = calibration_examples(
+            calibration_dataset, args, train_dataset
+        )
         check_scoring(args, answer_extractor, verifier)
         check_initial_thresholds(initial_thresholds, args)
         self.answer_extractor = answer_extractor
         self.verifier = verifier
+        self.stopping_rule = args.build_stopping_rule()
+        _check_rewards_readable(self.stopping_rule, args, train_dataset)
         self._lockstep_before_batch = 0.0
+        # Answer extractions made by this process, and whether the first generation batch's have been checked.
+        self._extractions = 0
+        self._first_batch_checked = False
         self._initial_calibration_rollouts = initial_calibration_rollouts
         self._pad_mask: list[bool] | None = None
         self._batch_examples: list[dict[str, Any]] = []
@@ -190,6 +198,11 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
     @property
     def thresholds(self) -> Thresholds | None:
         return self.cgrpo_state.thresholds
+
+    @property
+    def stopping_fit(self) -> Any:
+        """What the stopping rule decides with: the conformal thresholds, another calibrated rule's fit, or None."""
+        return self.cgrpo_state.thresholds if self.args.stopping_rule == "conformal" else self.cgrpo_state.rule_fit
 
     @property
     def calibration_history(self) -> list[dict[str, Any]]:
@@ -216,12 +229,18 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)
         if self._calibration_due():
+            start = self._extraction_counts()
             self.calibrate()
+            self._check_extractions_since(start, f"the calibration at step {self.state.global_step}")
         self._batch_examples = inputs
+        start = self._extraction_counts()
         try:
             if self._dynamic is not None:
                 inputs, self._pad_mask = self._dynamic.sample(inputs, self._generate_round)
             output = super()._generate_and_score_completions(inputs)
+            if not self._first_batch_checked:
+                self._check_extractions_since(start, "the first generation batch")
+                self._first_batch_checked = True
             return self._drop_padded_rows(output)
         finally:
             self._pad_mask = None
@@ -365,20 +384,18 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
                 outcomes[i].extend(self._outcomes(generated[2][part], examples[i]))
             drawn = k
             if k < width:
-                active = [i for i in active if not self._stops(k, outcomes[i])]
+                active = [i for i in active if not self._stops(k, outcomes[i], examples[i])]
         return self._pad_groups(rows)
 
-    def _stops(self, k: int, outcomes: list) -> bool:
-        args = self.args
-        return rule_stops(
-            args.stopping_rule,
-            args.score,
-            k,
-            outcomes,
-            qhat_k=None if self.thresholds is None else self.thresholds.qhat[k],
-            tau=args.stop_share,
-            rng=self.cgrpo_state.stopping_rng,
-        )
+    def _stops(self, k: int, outcomes: list, example: dict[str, Any]) -> bool:
+        rule = self.stopping_rule
+        rewards = self._rewards(outcomes, example) if rule.needs_rewards else None
+        return rule.stops(k, outcomes, rewards, self.stopping_fit, self.cgrpo_state.stopping_rng)
+
+    def _rewards(self, outcomes: list, example: dict[str, Any]) -> list[float]:
+        """1.0 for each correct outcome: an answer equal to the example's gold answer (`"aps"`), or a pass."""
+        gold = normalise_answer(example[self.args.calibration_answer_column]) if self.args.score == "aps" else None
+        return correct_flags(self.args.score, outcomes, gold)
 
     def _generate_rows(self, prompts: list, per_prompt: int, throwaway_prompt):
         """One TRL generation call whose prompts repeat `per_prompt` times each; returns ids, texts and logprobs.
@@ -425,11 +442,25 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
         )
 
     def _extract(self, text: str) -> str | None:
+        self._extractions += 1
         try:
-            return normalise_answer(self.answer_extractor(text))
+            answer = self.answer_extractor(text)
         except Exception as error:  # noqa: BLE001 - user code: an extractor that raises found no answer
             self._count_user_error("extraction_errors", error)
             return None
+        # Outside the try: an answer of the wrong type (a list of matches) is a bug to fix, not a missing answer.
+        return normalise_answer(answer)
+
+    def _extraction_counts(self) -> tuple[int, float]:
+        return self._extractions, self.cgrpo_totals["extraction_errors"]
+
+    def _check_extractions_since(self, start: tuple[int, float], when: str) -> None:
+        """`check_extractions` over the extractions of every process since `start` (`_extraction_counts()`)."""
+        if self.args.score != "aps":
+            return
+        made, errors = (now - then for now, then in zip(self._extraction_counts(), start, strict=True))
+        counts = self.accelerator.gather(torch.tensor([[made, errors]], device=self.accelerator.device)).sum(dim=0)
+        check_extractions(int(counts[1].item()), int(counts[0].item()), when)
 
     def _count_user_error(self, key: str, error: Exception) -> None:
         if not self.cgrpo_totals[key]:
@@ -507,24 +538,38 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
         errors = self.cgrpo_totals["extraction_errors"] + self.cgrpo_totals["verifier_errors"]
         metrics["cgrpo/outcome_errors"].append(errors)
         metrics["cgrpo/tokens_generated"].append(lengths.sum().item())
-        if self.thresholds is not None:
-            self._log_threshold_metrics(metrics)
+        if self.stopping_fit is not None:
+            self._log_calibration_metrics(metrics)
 
-    def _log_threshold_metrics(self, metrics) -> None:
-        # A calibration-free rule has no thresholds and no calibration: these metrics are left out rather than logged
-        # as NaN, which would show in every log line and poison TRL's averages and a tracker's plots.
-        metrics["cgrpo/delta"].append(self.thresholds.delta)
-        metrics["cgrpo/calibration_solve_rate"].append(self.thresholds.solve_rate)
+    def _log_calibration_metrics(self, metrics) -> None:
+        # A calibration-free rule has no fit and no calibration: these metrics are left out rather than logged as NaN,
+        # which would show in every log line and poison TRL's averages and a tracker's plots.
+        if self.thresholds is not None:
+            metrics["cgrpo/delta"].append(self.thresholds.delta)
+            metrics["cgrpo/calibration_solve_rate"].append(self.thresholds.solve_rate)
+        else:
+            metrics["cgrpo/delta"].append(self.stopping_fit["delta"])
         if self.cgrpo_state.unlogged_calibration_rollouts is not None:
             metrics["cgrpo/calibration_rollouts"].append(self.cgrpo_state.unlogged_calibration_rollouts)
             self.cgrpo_state.unlogged_calibration_rollouts = None
         metrics["cgrpo/calibration_rollouts_total"].append(
             self._initial_calibration_rollouts + self.cgrpo_totals["calibration_rollouts"]
         )
-        for k, qhat in self.thresholds.qhat.items():
+        for k, qhat in ({} if self.thresholds is None else self.thresholds.qhat).items():
             metrics[f"cgrpo/qhat_{k}"].append(qhat)
 
 
 # ---------------------------------------------------------------------- helpers
+def _check_rewards_readable(rule, args: CGRPOConfig, train_dataset) -> None:
+    """A rule that reads rewards needs each training prompt's gold answer for the `"aps"` score."""
+    columns = getattr(train_dataset, "column_names", None)
+    column = args.calibration_answer_column
+    if rule.needs_rewards and args.score == "aps" and columns is not None and column not in columns:
+        raise ValueError(
+            f"stopping_rule={args.stopping_rule!r} reads each training prompt's reward, but train_dataset has no "
+            f"column {column!r} with its gold answer; add it or set calibration_answer_column."
+        )
+
+
 def _flat(parts: list[list]) -> list:
     return [value for part in parts for value in part]

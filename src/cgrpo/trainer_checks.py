@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import math
+
 from datasets import Dataset
 
-from .calibration import Thresholds
+from .calibration import Thresholds, unanimous_solve_counts
 from .config import CGRPOConfig
 from .conformal import smallest_supported_delta
+from .user_code import normalise_answer
+
+logger = logging.getLogger(__name__)
+
+# Largest calibration set the warning about a too small one searches for the size that would do.
+_LARGEST_SIZE_SUGGESTED = 2000
 
 
 def reward_funcs_list(reward_funcs) -> list:
@@ -16,7 +26,7 @@ def reward_funcs_list(reward_funcs) -> list:
 
 
 def check_initial_thresholds(thresholds: Thresholds | None, args: CGRPOConfig) -> None:
-    if thresholds is not None and not args.calibrated:
+    if thresholds is not None and args.stopping_rule != "conformal":
         raise ValueError(
             f"initial_thresholds serve the conformal rule, but stopping_rule={args.stopping_rule!r} uses no "
             "thresholds; drop initial_thresholds or use stopping_rule='conformal'."
@@ -28,15 +38,18 @@ def check_initial_thresholds(thresholds: Thresholds | None, args: CGRPOConfig) -
         )
 
 
-def calibration_examples(dataset: Dataset | None, args: CGRPOConfig) -> tuple[list[dict], list[dict]]:
+def calibration_examples(
+    dataset: Dataset | None, args: CGRPOConfig, train_dataset: Dataset | None = None
+) -> tuple[list[dict], list[dict]]:
     """The calibration examples used at every calibration and the held-out ones (`calibration_holdout`), checked
-    against the options that read them; both empty for a calibration-free stopping rule, which reads no dataset."""
+    against the options that read them and, given `train_dataset`, against its prompts; both empty for a
+    calibration-free stopping rule, which reads no dataset."""
     if not args.calibrated:
         return [], []
     if dataset is None or len(dataset) == 0:
         raise ValueError(
-            "calibration_dataset is required by stopping_rule='conformal' and must not be empty: pass held-out "
-            "examples the policy never trains on."
+            f"calibration_dataset is required by stopping_rule={args.stopping_rule!r} and must not be empty: pass "
+            "held-out examples the policy never trains on."
         )
     if "prompt" not in dataset.column_names:
         raise ValueError(f"calibration_dataset needs a 'prompt' column; it has {dataset.column_names}.")
@@ -53,8 +66,74 @@ def calibration_examples(dataset: Dataset | None, args: CGRPOConfig) -> tuple[li
             f"examples than the calibration set holds ({len(dataset)}); lower them or pass more examples."
         )
     _check_delta_supported(args, size)
+    _warn_if_thresholds_stay_at_one(args, size)
     rows = [dict(row) for row in dataset.select(range(size + holdout))]
+    check_held_out(rows, train_dataset)
     return rows[:size], rows[size:]
+
+
+def check_held_out(rows: list[dict], train_dataset: Dataset | None) -> None:
+    """Refuse calibration examples whose prompt the policy trains on: the conformal guarantee needs unseen prompts.
+
+    Prompts are compared as they are (text, or conversational messages); datasets without a length (iterable) are not
+    read, since that would consume them.
+    """
+    if not isinstance(train_dataset, Dataset) or "prompt" not in train_dataset.column_names:
+        return
+    training = {_prompt_key(prompt) for prompt in train_dataset["prompt"]}
+    shared = [row["prompt"] for row in rows if _prompt_key(row["prompt"]) in training]
+    if shared:
+        raise ValueError(
+            f"calibration_dataset shares {len(shared)} of its {len(rows)} prompts with train_dataset (the first: "
+            f"{shared[0]!r:.80}); calibrate on held-out prompts the policy never trains on, or the thresholds lose "
+            "their coverage guarantee."
+        )
+
+
+def _prompt_key(prompt) -> str:
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
+
+
+def _warn_if_thresholds_stay_at_one(args: CGRPOConfig, n: int) -> None:
+    """Warn when `n` calibration examples leave every automatic threshold at 1 for a policy that solves most of them.
+
+    A calibration-size effect (`cgrpo.calibration.unanimous_solve_counts`): too few examples for the coverage the
+    automatic delta asks of a policy that solves a majority of them, so C-GRPO silently becomes the unanimous rule.
+    A policy that solves almost none leaves every threshold at 1 at any size, which no warning here could fix.
+    """
+    if args.stopping_rule != "conformal" or args.conformal_delta is not None:
+        return
+    fit = n - n // 2 if args.split_delta else n
+    counts = set(unanimous_solve_counts(fit, args.delta_margin))
+    if not _majority_stuck(fit, args.delta_margin):
+        return
+    # The solve counts from the largest one down to where a threshold below 1 becomes possible again.
+    stuck = [max(counts)]
+    while stuck[0] - 1 in counts:
+        stuck.insert(0, stuck[0] - 1)
+    # About 1 / delta_margin examples do (docs/method.md, "What makes the thresholds non-trivial, and what makes
+    # them trivial"); beyond a few thousand, the margin is the fix.
+    largest = _LARGEST_SIZE_SUGGESTED if args.delta_margin * _LARGEST_SIZE_SUGGESTED > 1 else fit + 1
+    needed = next((m for m in range(fit + 1, largest) if not _majority_stuck(m, args.delta_margin)), None)
+    if needed is not None and args.split_delta:
+        needed = 2 * needed - 1
+    margin = math.ceil(1000 * (fit - 1) / (fit * (fit + 1))) / 1000
+    solved = f"{stuck[0]}" if len(stuck) == 1 else f"{stuck[0]} to {stuck[-1]}"
+    size_fix = f"calibrate on at least {needed} examples or " if needed is not None else ""
+    logger.warning(
+        "With %d calibration examples fitting the thresholds and delta_margin=%g, the automatic delta leaves every "
+        "threshold at 1 whenever the policy solves %s of them within max(budget_grid), and C-GRPO then stops a prompt "
+        "only when all its answers agree (the unanimous rule); %sraise delta_margin to %g.",
+        fit,
+        args.delta_margin,
+        solved,
+        size_fix,
+        margin,
+    )
+
+
+def _majority_stuck(n: int, margin: float) -> list[int]:
+    return [solved for solved in unanimous_solve_counts(n, margin) if solved > n / 2]
 
 
 def _check_delta_supported(args: CGRPOConfig, n: int) -> None:
@@ -71,3 +150,33 @@ def check_scoring(args: CGRPOConfig, answer_extractor, verifier) -> None:
         raise ValueError("score='aps' needs answer_extractor(text) -> str | None to compare answers; pass one.")
     if args.score != "aps" and verifier is None:
         raise ValueError(f"score={args.score!r} needs verifier(completions=..., **columns) -> list[bool]; pass one.")
+    if args.score == "aps":
+        _check_extractor_output(answer_extractor)
+
+
+def _check_extractor_output(answer_extractor) -> None:
+    """Refuse an extractor whose answer to an empty completion is neither text, a number nor None (`normalise_answer`).
+
+    Every extractor meets empty completions (a policy that ends at once, and C-GRPO's padding), so this first call
+    shows a wrong return type, a list of regex matches say, before any model is loaded; in training, the trainer
+    would count each such answer as a failed extraction and go on.
+    """
+    try:
+        answer = answer_extractor("")
+    except Exception:  # noqa: BLE001 - an extractor may refuse empty text; training counts that as no answer
+        return
+    normalise_answer(answer)
+
+
+def check_extractions(errors: int, outcomes: int, when: str) -> None:
+    """Stop a run whose answer extractor raised on each of the `outcomes` completions of `when` (`errors` of them).
+
+    The trainer counts a raising extractor as a failed extraction and goes on, which is right for the odd completion
+    it cannot parse; when it fails on every one, every score is 1 and no prompt can stop early, which is a bug in the
+    extractor, not a property of the policy.
+    """
+    if outcomes and errors >= outcomes:
+        raise ValueError(
+            f"answer_extractor raised on all {outcomes} completions of {when} (the first error is in the warning "
+            "above); fix it so that it returns the final answer as a str, or None, for any completion text."
+        )

@@ -33,8 +33,10 @@ class CGRPOState:
     """One process's C-GRPO state, saved in every checkpoint (`to_dict`, JSON-ready) and restored from it.
 
     Attributes:
-        thresholds: the thresholds in force (None before the first calibration, and always with a calibration-free
+        thresholds: the conformal thresholds in force (None before the first calibration, and always with another
             stopping rule).
+        rule_fit: the fit in force of a calibrated stopping rule other than the conformal one (JSON data: see the
+            rule's `fit`), None otherwise.
         last_calibration_step: the optimizer step of the latest calibration (None before the first).
         calibration_history: one record per calibration (step, delta, qhat, solve rate, cost).
         totals: running cost totals, keys `TOTALS_KEYS`.
@@ -45,6 +47,7 @@ class CGRPOState:
 
     stopping_rng: random.Random
     thresholds: Thresholds | None = None
+    rule_fit: Any = None
     last_calibration_step: int | None = None
     calibration_history: list[dict[str, Any]] = field(default_factory=list)
     totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TOTALS_KEYS, 0.0))
@@ -55,6 +58,7 @@ class CGRPOState:
         version, internal, gauss = self.stopping_rng.getstate()
         return {
             "thresholds": None if self.thresholds is None else self.thresholds.to_dict(),
+            "rule_fit": self.rule_fit,
             "last_calibration_step": self.last_calibration_step,
             "calibration_history": self.calibration_history,
             "totals": self.totals,
@@ -71,6 +75,7 @@ class CGRPOState:
         return cls(
             stopping_rng=rng,
             thresholds=None if state["thresholds"] is None else Thresholds.from_dict(state["thresholds"]),
+            rule_fit=state.get("rule_fit"),
             last_calibration_step=state["last_calibration_step"],
             calibration_history=[_history_record(record) for record in state["calibration_history"]],
             totals={**dict.fromkeys(TOTALS_KEYS, 0.0), **state["totals"]},
@@ -81,7 +86,9 @@ class CGRPOState:
 
 def _history_record(record: dict[str, Any]) -> dict[str, Any]:
     # JSON turned the budgets into strings; the live history keys them by int, as Thresholds.to_dict does.
-    restored = {**record, "qhat": _by_budget(record["qhat"])}
+    restored = dict(record)
+    if "qhat" in record:
+        restored["qhat"] = _by_budget(record["qhat"])
     if "holdout" in record:
         restored["holdout"] = {**record["holdout"], "coverage": _by_budget(record["holdout"]["coverage"])}
     return restored

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -60,9 +61,19 @@ def verify(
 
 
 def normalise_answer(answer) -> str | None:
-    """An answer extractor's output as compared with gold answers: stripped text, None when there is none."""
+    """An answer extractor's output as compared with gold answers: stripped text, None when there is none.
+
+    A number is compared as its text. Anything else is refused: the text of a list of matches or of a pass/fail flag
+    (an extractor written like a regex search or a verifier) would never equal a gold answer, so every outcome would
+    silently count as a wrong answer.
+    """
     if answer is None:
         return None
+    if isinstance(answer, bool) or not isinstance(answer, (str, numbers.Number)):
+        raise TypeError(
+            f"answer_extractor returned a {type(answer).__name__} ({answer!r:.60}), not an answer; return the final "
+            "answer as a str (say the last match, not the list of matches), or None when the completion has none."
+        )
     answer = str(answer).strip()
     return answer or None
 

@@ -2,6 +2,7 @@ rule calibrate:
     input:
         base_model=base_model_record,
         splits="results/{exp}/splits/manifest.json",
+        spec=spec_file("results/{exp}/specs/calibrate/{grid}.json", calibrate_spec),
     output:
         thresholds="results/{exp}/calibration/{grid}/thresholds.json",
         table=report(

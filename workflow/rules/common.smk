@@ -5,8 +5,9 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from cgrpo.pipeline import methods, specs
+from cgrpo.pipeline import methods, provenance, specs
 from cgrpo.pipeline.config_checks import ConfigError, check_config
+from cgrpo.pipeline.plugins import import_plugins
 from cgrpo.pipeline.specs import format_delta, format_grid
 
 ##### config validation #####
@@ -16,7 +17,27 @@ validate(config, schema="../schemas/config.schema.yaml")
 
 
 try:
+    # Plugins register stopping rules, which the config check and the run names must know.
+    import_plugins(config["plugins"])
     check_config(config)
+except (ConfigError, ValueError) as error:
+    raise WorkflowError(str(error)) from None
+
+
+##### one results folder, one config (cgrpo.pipeline.provenance) #####
+
+
+def schema_defaults(record):
+    """Give a recorded config the defaults of keys the schema gained since it was written."""
+    try:
+        validate(record, schema="../schemas/config.schema.yaml")
+    except WorkflowError:
+        # A key the schema has dropped since fails validation; the comparison then shows it as a change.
+        pass
+
+
+try:
+    provenance.claim_experiment_folder(f"results/{config['experiment']}", config, schema_defaults)
 except ConfigError as error:
     raise WorkflowError(str(error)) from None
 
@@ -126,18 +147,31 @@ def cgrpo_setting_records(wildcards):
 
 TABLES = ["summary", "by_method", "paired", "coverage", "coverage_splits", "conformal", "delta_sweep"]
 PLOTS = ["pareto", "training_curves", "thresholds", "coverage", "delta_sweep"]
+REPLAY_TABLES = ["replay", "replay_at_cgrpo"]
 
 
 def final_outputs():
     """The targets of the workflow, the tables (csv and markdown) and the plots."""
     exp = config["experiment"]
     return [
-        *(f"results/{exp}/tables/{t}.{ext}" for t in TABLES for ext in ("csv", "md")),
-        *(f"results/{exp}/plots/{p}.png" for p in PLOTS),
+        *(f"results/{exp}/tables/{t}.{ext}" for t in TABLES + REPLAY_TABLES for ext in ("csv", "md")),
+        *(f"results/{exp}/plots/{p}.png" for p in PLOTS + ["replay"]),
     ]
 
 
 ##### specs handed to the library #####
+
+
+def spec_file(pattern, spec):
+    """Input function: the job's spec file (`pattern` with the job's wildcards), holding `spec(wildcards)`.
+
+    It is rewritten only when the spec changes, so that a changed setting reruns the jobs whose spec holds it.
+    """
+
+    def path(wildcards):
+        return provenance.write_spec(pattern.format(**dict(wildcards.items())), spec(wildcards))
+
+    return path
 
 
 def base_model_location(record):
@@ -153,32 +187,45 @@ def base_model_record(wildcards):
     return f"results/{wildcards.exp}/base_model/source.json"
 
 
+def splits_folder(wildcards):
+    """The split rule's folder, which every later step loads its splits from."""
+    return f"results/{wildcards.exp}/splits"
+
+
+# Every spec below is a function of the wildcards alone, so that the job's spec file and its params (canonical, so
+# that key order never reads as a change) are the same spec.
+
+
 def base_model_params(wildcards):
     """What the base_model rule records, and the bootstrap settings when it trains the model."""
     bootstrap = config["base_model"]["bootstrap"]
-    return {
-        "bootstrap": bootstrap,
-        "path": config["base_model"]["path"] if bootstrap else specs.base_model_path(config),
-        "options": config["base_model"]["options"] if bootstrap else {},
-    }
+    return provenance.canonical(
+        {
+            "bootstrap": bootstrap,
+            "path": config["base_model"]["path"] if bootstrap else specs.base_model_path(config),
+            "options": config["base_model"]["options"] if bootstrap else {},
+        }
+    )
 
 
 def split_params(wildcards):
     """Task, sizes and seed of the split rule."""
-    return {
-        "task": specs.task_spec(config),
-        "sizes": config["splits"]["sizes"],
-        "seed": config["splits"]["seed"],
-        "eval_source_split": config["splits"]["eval_source_split"],
-        "drop_overlap": config["splits"]["drop_overlap"],
-    }
+    return provenance.canonical(
+        {
+            "task": specs.task_spec(config),
+            "sizes": config["splits"]["sizes"],
+            "seed": config["splits"]["seed"],
+            "eval_source_split": config["splits"]["eval_source_split"],
+            "drop_overlap": config["splits"]["drop_overlap"],
+        }
+    )
 
 
-def calibrate_spec(wildcards, input):
+def calibrate_spec(wildcards):
     """Spec of cgrpo.pipeline.runs.calibrate_initial for the grid in the wildcards."""
-    model = base_model_location(input.base_model)
-    splits = str(Path(input.splits).parent)
-    return specs.calibration_spec(config, wildcards.grid, model, splits).to_dict()
+    model = base_model_location(base_model_record(wildcards))
+    spec = specs.calibration_spec(config, wildcards.grid, model, splits_folder(wildcards))
+    return provenance.canonical(spec.to_dict())
 
 
 def initial_calibration(wildcards):
@@ -187,27 +234,68 @@ def initial_calibration(wildcards):
     return f"results/{wildcards.exp}/calibration/{format_grid(name.budget_grid)}/thresholds.json"
 
 
-def train_spec(wildcards, input):
+def train_spec(wildcards):
     """Spec of cgrpo.pipeline.runs.train_run for the run in the wildcards."""
-    model = base_model_location(input.base_model)
-    splits = str(Path(input.splits).parent)
-    calibration = input.get("calibration")
-    return methods.train_spec(config, wildcards.run, model, splits, calibration).to_dict()
+    model = base_model_location(base_model_record(wildcards))
+    method = methods.METHODS[methods.parse_run_name(wildcards.run).method]
+    calibration = initial_calibration(wildcards) if method.calibrated else None
+    spec = methods.train_spec(config, wildcards.run, model, splits_folder(wildcards), calibration)
+    return provenance.canonical(spec.to_dict())
+
+
+def evaluated_model(wildcards):
+    """The model to evaluate: a run's model folder, or the base model's record."""
+    if wildcards.run == "base":
+        return base_model_record(wildcards)
+    return f"results/{wildcards.exp}/runs/{wildcards.run}/model"
 
 
 def evaluation_inputs(wildcards):
-    """The model to evaluate (a run's model folder, or the base model's record) and the splits."""
-    model = (
-        base_model_record(wildcards)
-        if wildcards.run == "base"
-        else f"results/{wildcards.exp}/runs/{wildcards.run}/model"
-    )
-    return {"model": model, "splits": f"results/{wildcards.exp}/splits/manifest.json"}
+    """The model to evaluate, the splits and the job's spec file."""
+    return {
+        "model": evaluated_model(wildcards),
+        "splits": f"results/{wildcards.exp}/splits/manifest.json",
+        "spec": spec_file("results/{exp}/specs/evaluate/{run}.json", evaluate_spec)(wildcards),
+    }
 
 
-def evaluate_spec(wildcards, input):
+def evaluate_spec(wildcards):
     """Spec of cgrpo.pipeline.evaluation.evaluate_model for one run (or the base model)."""
-    run = wildcards.run
-    model = base_model_location(input.model) if run == "base" else input.model
-    splits = str(Path(input.splits).parent)
-    return methods.evaluation_spec(config, run, model, splits).to_dict()
+    model = evaluated_model(wildcards)
+    if wildcards.run == "base":
+        model = base_model_location(model)
+    spec = methods.evaluation_spec(config, wildcards.run, model, splits_folder(wildcards))
+    return provenance.canonical(spec.to_dict())
+
+
+def replay_records(wildcards):
+    """The evaluation records whose samples the replay replays (`replay.models`)."""
+    return [f"results/{wildcards.exp}/eval/{run}.json" for run in config["replay"]["models"]]
+
+
+def replay_spec(wildcards):
+    """Spec of cgrpo.pipeline.replay.run_replay."""
+    return provenance.canonical(specs.replay_spec(config, replay_records(wildcards)))
+
+
+def statistics_spec(wildcards):
+    """The config settings that aggregate reads (how its intervals are drawn)."""
+    return provenance.canonical(config["statistics"])
+
+
+##### report entries #####
+
+
+def in_report(shown, path, **kwargs):
+    """`path` as a report entry when `shown`, a plain output otherwise: a plot or table of one point says nothing."""
+    return report(path, **kwargs) if shown else path
+
+
+def several_calibrations():
+    """Whether C-GRPO's runs calibrate more than once, so that the thresholds plot has more than one point."""
+    return any(every > 0 for every in config["cgrpo"]["recalibrate_every"])
+
+
+def several_deltas():
+    """Whether C-GRPO runs at more than one delta, so that the delta sweep has more than one point."""
+    return len(config["cgrpo"]["deltas"]) > 1

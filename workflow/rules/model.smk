@@ -1,4 +1,6 @@
 rule base_model:
+    input:
+        spec=spec_file("results/{exp}/specs/base_model.json", base_model_params),
     output:
         record="results/{exp}/base_model/source.json",
     log:

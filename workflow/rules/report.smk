@@ -7,6 +7,7 @@ rule aggregate:
         evals=evaluation_files(),
         matched_evals=evaluation_files(matched=True),
         matched=matched_setting_files,
+        spec=spec_file("results/{exp}/specs/aggregate.json", statistics_spec),
     output:
         summary=report(
             "results/{exp}/tables/summary.csv",
@@ -50,7 +51,8 @@ rule aggregate:
             labels={"table": "conformal"},
         ),
         conformal_md="results/{exp}/tables/conformal.md",
-        delta_sweep=report(
+        delta_sweep=in_report(
+            several_deltas(),
             "results/{exp}/tables/delta_sweep.csv",
             caption="../report/delta_sweep_table.rst",
             category="Tables",
@@ -95,7 +97,8 @@ rule plots:
             category="Plots",
             labels={"figure": "training curves"},
         ),
-        thresholds=report(
+        thresholds=in_report(
+            several_calibrations(),
             "results/{exp}/plots/thresholds.png",
             caption="../report/thresholds.rst",
             category="Plots",
@@ -107,7 +110,8 @@ rule plots:
             category="Plots",
             labels={"figure": "coverage"},
         ),
-        delta_sweep=report(
+        delta_sweep=in_report(
+            several_deltas(),
             "results/{exp}/plots/delta_sweep.png",
             caption="../report/delta_sweep.rst",
             category="Plots",

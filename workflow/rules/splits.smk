@@ -1,4 +1,6 @@
 rule split:
+    input:
+        spec=spec_file("results/{exp}/specs/split.json", split_params),
     output:
         train="results/{exp}/splits/train.jsonl",
         calibration="results/{exp}/splits/calibration.jsonl",

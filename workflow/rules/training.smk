@@ -3,6 +3,7 @@ rule train_cgrpo:
         base_model=base_model_record,
         splits="results/{exp}/splits/manifest.json",
         calibration=initial_calibration,
+        spec=spec_file("results/{exp}/specs/train/{run}.json", train_spec),
     output:
         run="results/{exp}/runs/{run}/run.json",
         steps="results/{exp}/runs/{run}/steps.csv",
@@ -32,6 +33,7 @@ rule train:
     input:
         base_model=base_model_record,
         splits="results/{exp}/splits/manifest.json",
+        spec=spec_file("results/{exp}/specs/train/{run}.json", train_spec),
     output:
         run="results/{exp}/runs/{run}/run.json",
         steps="results/{exp}/runs/{run}/steps.csv",

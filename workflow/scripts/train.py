@@ -3,10 +3,13 @@
 from pathlib import Path
 
 from cgrpo.pipeline.logs import log_to_file
+from cgrpo.pipeline.plugins import import_plugins
 from cgrpo.pipeline.runs import train_run
 from cgrpo.pipeline.vllm_backend import prepare_vllm_job
 
 log_to_file(snakemake.log[0], threads=snakemake.threads)
 prepare_vllm_job(snakemake.params.spec)
+# Each job is a fresh process: the rules the config's plugins register must be imported again.
+import_plugins(snakemake.config["plugins"])
 
 train_run(snakemake.params.spec, Path(snakemake.output.run).parent)

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..calibration import training_grid
 from ..conformal import smallest_supported_delta
+from ..stopping import get_rule, rule_names
 from .config_options import BOOTSTRAP_SETTINGS, GRPO_CONFIG, LORA_CONFIG, check_options
 from .methods import METHODS, static_runs, train_spec
 from .specs import base_model_path, check_model_source
@@ -35,10 +36,52 @@ def check_config(config: Mapping[str, Any]) -> None:
         check_trainer_sections(config)
         check_shared_schedule(config)
         check_batch_sizes(config)
+        check_stopping_rules(config)
     except ConfigError:
         raise
     except ValueError as error:
         raise ConfigError(str(error)) from None
+
+
+def check_stopping_rules(config: Mapping[str, Any]) -> None:
+    """The ablations' and the replay's rules are registered (plugins imported first) and accept their settings."""
+    ablations, replay = config["cgrpo"]["ablations"], config["replay"]
+    named = [("cgrpo.ablations.rules", rule) for rule in ablations["rules"]]
+    named += [("cgrpo.ablations.settings", rule) for rule in ablations["settings"]]
+    named += [("replay.settings", rule) for rule in replay["settings"]]
+    named += [("replay.options", rule) for rule in replay["options"]]
+    for key, rule in named:
+        if rule not in rule_names():
+            raise ConfigError(
+                f"config key {key} names {rule!r}, which is no registered stopping rule ({', '.join(rule_names())}); "
+                "fix the name or list the module that registers it under plugins."
+            )
+    if "conformal" in ablations["rules"]:
+        raise ConfigError("config key cgrpo.ablations.rules lists conformal, which is C-GRPO itself; remove it.")
+    score = config["cgrpo"]["options"].get("score", "aps")
+    for key, settings in (("cgrpo.ablations.settings", ablations["settings"]), ("replay.settings", replay["settings"])):
+        for rule, values in settings.items():
+            parameter = get_rule(rule).parameter
+            if parameter is None:
+                raise ConfigError(f"config key {key}.{rule}: the {rule!r} rule has no parameter to set; remove it.")
+            for value in values:
+                _check_rule_options(f"{key}.{rule}", rule, score, {parameter: value})
+    for rule, options in replay["options"].items():
+        _check_rule_options(f"replay.options.{rule}", rule, score, options)
+    known = {"base", *static_runs(config)}
+    unknown = [model for model in replay["models"] if model not in known]
+    if unknown:
+        raise ConfigError(
+            f"config key replay.models lists {', '.join(unknown)}, which this config does not train; use base or "
+            "one of its runs."
+        )
+
+
+def _check_rule_options(key: str, rule: str, score: str, options: Mapping[str, Any]) -> None:
+    try:
+        get_rule(rule)(score, **options)
+    except ValueError as error:
+        raise ConfigError(f"config key {key}: {error}") from None
 
 
 def check_budget_grids(config: Mapping[str, Any]) -> None:

@@ -89,6 +89,7 @@ def evaluate_model(spec: EvaluationSpec | dict[str, Any], out_path: str | Path) 
     record.update(
         conformal_metrics(eval_answers, eval_golds, calibration_answers, calibration_golds, settings, spec.seed)
     )
+    record["pools"] = sample_pools(calibration_answers, calibration_golds, eval_answers, eval_golds)
     _write_record(record, start, out_path)
 
 
@@ -116,7 +117,17 @@ def _execution_record(task, sample, eval_set, calibration_set, settings: dict[st
         [flags[0] for flags in greedy_passes], eval_passes, majority_passes(eval_passes, programs, largest)
     )
     record.update(conformal_metrics(eval_passes, None, calibration_passes, None, settings, spec.seed))
+    record["pools"] = sample_pools(calibration_passes, None, eval_passes, None)
     return record
+
+
+def sample_pools(calibration_outcomes, calibration_golds, eval_outcomes, eval_golds) -> dict[str, Any]:
+    """The samples the record keeps for the replay (`cgrpo.pipeline.replay`): every prompt's outcomes in draw order
+    (extracted answers, or verifier passes for an execution score) and its gold answer (None for execution)."""
+    return {
+        "calibration": {"outcomes": calibration_outcomes, "golds": calibration_golds},
+        "eval": {"outcomes": eval_outcomes, "golds": eval_golds},
+    }
 
 
 def verifier_passes(

@@ -5,6 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import warnings
+
+# transformers 5 renamed gradient checkpointing to activation checkpointing and warns about the old names, which TRL
+# still uses: its configs default to `gradient_checkpointing=True`, and its generation context calls
+# `is_gradient_checkpointing`, `gradient_checkpointing_disable` and `gradient_checkpointing_enable`. No job passes
+# either name, so the four warnings at the top of every log would say nothing about the job.
+TRL_RENAME_WARNING = r"`(is_)?gradient_checkpointing\w*` is deprecated"
 
 
 def log_to_file(path: str, threads: int | None = None) -> None:
@@ -18,7 +25,13 @@ def log_to_file(path: str, threads: int | None = None) -> None:
         os.dup2(log.fileno(), sys.stdout.fileno())
         os.dup2(log.fileno(), sys.stderr.fileno())
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    quiet_known_warnings()
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+def quiet_known_warnings() -> None:
+    """Silence the warnings that libraries raise in every job about code the job does not control (`TRL_RENAME_WARNING`)."""
+    warnings.filterwarnings("ignore", message=TRL_RENAME_WARNING, category=FutureWarning)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..stopping import get_rule, rule_names
 from .specs import (
     EvaluationSpec,
     TrainSpec,
@@ -39,6 +40,7 @@ __all__ = [
     "evaluation_spec",
     "grpo_run_name",
     "method_label",
+    "add_rule_methods",
     "method_order",
     "parse_run_name",
     "run_pattern",
@@ -61,7 +63,7 @@ class RunName:
     recalibrate_every: int | None = None
     num_generations: int | None = None
     compute_matched: bool = False
-    stop_share: float | None = None
+    stop_setting: float | None = None
 
 
 @dataclass(frozen=True)
@@ -221,39 +223,60 @@ def _dapo_spec(config: Config, name: RunName, calibration: str | None) -> dict[s
     }
 
 
-# --------------------------------------------------------------------------- calibration-free stopping rules
+# --------------------------------------------------------------------------- other stopping rules
 
 
-def ablation_run_name(rule: str, seed: int, grid: Sequence[int], share: float | None = None) -> str:
-    """``unanimous_s<seed>_g<grid>``, or ``share_s<seed>_g<grid>_t<share>`` for the majority-share rule."""
+def ablation_run_name(rule: str, seed: int, grid: Sequence[int], setting: float | None = None) -> str:
+    """``<rule>_s<seed>_g<grid>``, with ``_t<setting>`` for a rule with a parameter (``share``'s tau, say)."""
     name = f"{rule}_s{int(seed)}_g{format_grid(grid)}"
-    return name if share is None else f"{name}_t{float(share):g}"
+    return name if setting is None else f"{name}_t{setting:g}"
 
 
-def _ablation_fields(match: re.Match) -> dict[str, Any]:
-    fields = {"budget_grid": tuple(parse_grid(match["grid"]))}
-    if "share" in match.re.groupindex:
-        fields["stop_share"] = float(match["share"])
-    return fields
+def _ablation_settings(config: Config, rule: str) -> list:
+    """The settings of `rule`'s runs: `ablations.settings[rule]`, else `stop_share` for share, else its default."""
+    ablations = config["cgrpo"]["ablations"]
+    parameter = get_rule(rule).parameter
+    if parameter is None:
+        return [None]
+    if rule in ablations.get("settings", {}):
+        return list(ablations["settings"][rule])
+    return [ablations["stop_share"] if rule == "share" else get_rule(rule).defaults[parameter]]
+
+
+def _ablation_fields(rule: str) -> Callable[[re.Match], dict[str, Any]]:
+    def parse(match: re.Match) -> dict[str, Any]:
+        fields = {"budget_grid": tuple(parse_grid(match["grid"]))}
+        if "setting" in match.re.groupindex:
+            parameter = get_rule(rule).parameter
+            fields["stop_setting"] = type(get_rule(rule).defaults[parameter])(float(match["setting"]))
+        return fields
+
+    return parse
 
 
 def _ablation_runs(rule: str) -> Callable[[Config], list[str]]:
     def runs(config: Config) -> list[str]:
-        ablations = config["cgrpo"]["ablations"]
-        if rule not in ablations["rules"]:
+        if rule not in config["cgrpo"]["ablations"]["rules"]:
             return []
-        share = ablations["stop_share"] if rule == "share" else None
-        return [ablation_run_name(rule, seed, evaluation_grid(config), share) for seed in config["seeds"]]
+        grid = evaluation_grid(config)
+        return [
+            ablation_run_name(rule, seed, grid, setting)
+            for setting in _ablation_settings(config, rule)
+            for seed in config["seeds"]
+        ]
 
     return runs
 
 
 def _ablation_spec(rule: str) -> Callable[[Config, RunName, str | None], dict[str, Any]]:
     def spec_fields(config: Config, name: RunName, calibration: str | None) -> dict[str, Any]:
-        # C-GRPO's options, trainer and grid; only the stopping rule differs, so nothing is calibrated, or held out.
+        # C-GRPO's options, trainer and grid; only the stopping rule differs. A calibrated rule calibrates itself in
+        # the trainer; nothing is held out.
         options = {**config["cgrpo"]["options"], "stopping_rule": rule, "calibration_holdout": 0}
-        if name.stop_share is not None:
-            options["stop_share"] = name.stop_share
+        if rule == "share":
+            options["stop_share"] = name.stop_setting
+        elif name.stop_setting is not None:
+            options["stopping_options"] = {get_rule(rule).parameter: name.stop_setting}
         return {"reference_budget": max(name.budget_grid), "budget_grid": list(name.budget_grid), "cgrpo": options}
 
     return spec_fields
@@ -261,8 +284,30 @@ def _ablation_spec(rule: str) -> Callable[[Config, RunName, str | None], dict[st
 
 def _ablation_setting(record: Mapping[str, Any]) -> str:
     rule = record["stopping_rule"]
-    share = f" {record['stop_share']:g}" if rule == "share" else ""
-    return f"grid {record['budget_grid']}, stop at {rule}{share}"
+    setting = record.get("stop_setting", record.get("stop_share"))
+    value = "" if setting is None else f" {setting:g}"
+    return f"grid {record['budget_grid']}, stop at {rule}{value}"
+
+
+_MARKERS = "vDPXhp<>*"
+
+
+def _rule_method(rule: str, index: int) -> Method:
+    """The pipeline method of a registered stopping rule other than the conformal one: C-GRPO with that rule."""
+    cls = get_rule(rule)
+    setting = r"_t(?P<setting>[0-9.]+)" if cls.parameter else ""
+    return Method(
+        name=rule,
+        label=cls.label,
+        section="cgrpo",
+        pattern=rule + _SEED + r"_g(?P<grid>\d+(?:-\d+)*)" + setting,
+        parse=_ablation_fields(rule),
+        runs=_ablation_runs(rule),
+        spec_fields=_ablation_spec(rule),
+        trainer="ablation_trainer",
+        setting=_ablation_setting,
+        marker=_MARKERS[index % len(_MARKERS)],
+    )
 
 
 # --------------------------------------------------------------------------- the registry
@@ -311,35 +356,20 @@ METHODS: dict[str, Method] = {
             setting=lambda record: f"G={record['num_generations']}, dynamic sampling",
             marker="^",
         ),
-        # The calibration-free rules C-GRPO's thresholds are measured against: same trainer, grid, padding and costs.
-        Method(
-            name="unanimous",
-            label="Unanimous stop",
-            section="cgrpo",
-            pattern=r"unanimous" + _SEED + r"_g(?P<grid>\d+(?:-\d+)*)",
-            parse=_ablation_fields,
-            runs=_ablation_runs("unanimous"),
-            spec_fields=_ablation_spec("unanimous"),
-            trainer="ablation_trainer",
-            setting=_ablation_setting,
-            marker="v",
-        ),
-        Method(
-            name="share",
-            label="Majority-share stop",
-            section="cgrpo",
-            pattern=r"share" + _SEED + r"_g(?P<grid>\d+(?:-\d+)*)_t(?P<share>[0-9.]+)",
-            parse=_ablation_fields,
-            runs=_ablation_runs("share"),
-            spec_fields=_ablation_spec("share"),
-            trainer="ablation_trainer",
-            setting=_ablation_setting,
-            marker="D",
-        ),
     )
 }
 
-_COMPILED = {name: re.compile(method.pattern) for name, method in METHODS.items()}
+_COMPILED: dict[str, re.Pattern] = {}
+
+
+def add_rule_methods() -> None:
+    """Add a method for every registered stopping rule that has none yet (call it after importing plugins)."""
+    global RUN_NAME_PATTERN
+    rules = [rule for rule in rule_names() if rule != "conformal"]
+    for index, rule in enumerate(rules):
+        METHODS.setdefault(rule, _rule_method(rule, index))
+    _COMPILED.update({name: re.compile(method.pattern) for name, method in METHODS.items()})
+    RUN_NAME_PATTERN = "base|" + run_pattern()
 
 
 def _unnamed(pattern: str) -> str:
@@ -357,6 +387,7 @@ def run_pattern(calibrated: bool | None = None) -> str:
 
 # Every run name, the base model's included, for the `run` wildcard.
 RUN_NAME_PATTERN = "base|" + run_pattern()
+add_rule_methods()
 
 
 def parse_run_name(name: str) -> RunName:

@@ -281,3 +281,43 @@ def plot_all(tables: Mapping[str, pd.DataFrame], paths: Mapping[str, str | Path]
     plot_thresholds(tables["calibrations"], paths["thresholds"])
     plot_coverage(tables["coverage"], paths["coverage"])
     plot_delta_sweep(tables["delta_sweep"], paths["delta_sweep"])
+
+
+def plot_replay(table: pd.DataFrame, path: str | Path) -> None:
+    """The replay frontier: informative prompts kept and signal per rollout against rollouts, one line per rule.
+
+    One row of panels per replayed model; fixed group sizes are the dashed black reference line.
+    """
+    models = list(dict.fromkeys(table["model"]))
+    fig, axes = plt.subplots(len(models), 2, figsize=(11, 4.2 * len(models)), squeeze=False)
+    rules = [rule for rule in dict.fromkeys(table["rule"]) if rule != "fixed"]
+    colors = _colors(rules)
+    for row, model in zip(axes, models):
+        chosen = table[table["model"] == model]
+        for ax, column, title in zip(
+            row,
+            ("informative_kept", "signal_per_rollout"),
+            ("informative prompts kept", "rollouts with a non-zero advantage, per rollout"),
+        ):
+            for rule, part in chosen.groupby("rule", sort=False):
+                part = part.sort_values("rollouts_per_prompt")
+                reference = rule == "fixed"
+                ax.errorbar(
+                    part["rollouts_per_prompt"],
+                    part[column],
+                    yerr=[part[column] - part[f"{column}_low"], part[f"{column}_high"] - part[column]],
+                    label=part["label"].iloc[0],
+                    color="black" if reference else colors[rule],
+                    linestyle="--" if reference else "-",
+                    marker="s" if reference else "o",
+                    markersize=4,
+                    capsize=2,
+                )
+            ax.set_xscale("log", base=2)
+            _log2_axis(ax.xaxis)
+            ax.set_xlabel("rollouts per prompt (replayed)")
+            ax.set_ylabel(title)
+            ax.set_title(f"{model}: {title}")
+            ax.grid(alpha=0.3)
+        row[0].legend(fontsize=8)
+    _save(fig, path)

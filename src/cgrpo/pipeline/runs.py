@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..calibration import fit_thresholds
 from ..costs import (
@@ -23,7 +24,7 @@ from ..costs import (
     rollouts_per_prompt,
 )
 from . import trainers
-from .checkpoints import ResumableTotals, align_save_steps, resume_point
+from .checkpoints import SPEC_FILE, ResumableTotals, align_save_steps, resume_point
 from .methods import METHODS
 from .specs import CalibrationSpec, TrainSpec, format_grid
 from .timing import generation_seconds
@@ -91,10 +92,13 @@ def train_run(spec: TrainSpec | dict[str, Any], out_dir: str | Path) -> None:
     trainer.train(resume_from_checkpoint=resume)
     wall, cpu = totals.elapsed(), totals.cpu_elapsed()
     trainer.save_model(str(out_dir / "model"))
+    trainer.create_model_card(model_name=spec.run)
+    shutil.move(checkpoints / "README.md", out_dir / "model" / "README.md")
     _steps_table(trainer.state.log_history).to_csv(out_dir / "steps.csv", index=False)
     record = _run_record(spec, trainer, wall, cpu, initial)
     # run.json last: it is what marks the run finished; its checkpoints are then of no further use.
     (out_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
+    _keep_tracker_files(checkpoints, out_dir / "logs")
     shutil.rmtree(checkpoints)
     logger.info("Run %s: %s", spec.run, {k: v for k, v in record.items() if k != "calibrations"})
 
@@ -118,6 +122,23 @@ def reuse_compute_matched(source_dir: str | Path, out_dir: str | Path) -> None:
     # run.json last: it is what marks the run finished.
     (out_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
     logger.info("Run %s reuses %s: same group size, same deterministic training.", out_dir.name, source_dir.name)
+
+
+def _keep_tracker_files(checkpoints: Path, logs: Path) -> None:
+    """Copy what the trainer wrote beside its checkpoints into `logs`, before the checkpoints folder goes.
+
+    That is where `report_to` trackers write by default (TensorBoard's `runs/<date>_<host>/` event files: a resumed run
+    adds a folder); the checkpoints, the spec they were trained with and the model card (already in `model/`) stay
+    behind.
+    """
+    for entry in checkpoints.iterdir():
+        if entry.name.startswith(PREFIX_CHECKPOINT_DIR) or entry.name in (SPEC_FILE, "README.md"):
+            continue
+        logs.mkdir(exist_ok=True)
+        if entry.is_dir():
+            shutil.copytree(entry, logs / entry.name, dirs_exist_ok=True)
+        else:
+            shutil.copy2(entry, logs / entry.name)
 
 
 # ---------------------------------------------------------------------- initial calibration
@@ -180,6 +201,9 @@ def _run_record(spec: TrainSpec, trainer, wall: float, cpu: float, initial: dict
         "recalibrate_every": spec.recalibrate_every if calibrated else None,
         "stopping_rule": trainer.args.stopping_rule if budgeted else None,
         "stop_share": trainer.args.stop_share if budgeted and trainer.args.stopping_rule == "share" else None,
+        "stop_setting": trainer.stopping_rule.setting()
+        if budgeted and trainer.args.stopping_rule != "conformal"
+        else None,
         "drop_unanimous": dynamic is not None if budgeted else None,
         "compute_matched": spec.compute_matched,
         "reference_budget": reference,

@@ -251,3 +251,20 @@ def evaluation_settings(config: Mapping[str, Any], trainer: Mapping[str, Any]) -
         "coverage_splits": int(config["statistics"]["coverage_splits"]),
         "statistics_seed": int(config["statistics"]["seed"]),
     }
+
+
+def replay_spec(config: Mapping[str, Any], records: list[str]) -> dict[str, Any]:
+    """The replay of `records` (cgrpo.pipeline.replay.run_replay), as plain data: the first grid, the score, the
+    `replay` settings, and the statistics seed and resamples of every other interval."""
+    replay = config["replay"]
+    return {
+        "records": list(records),
+        "grid": evaluation_grid(config),
+        "score": config["cgrpo"]["options"]["score"],
+        "resplits": int(replay["resplits"]),
+        "seed": int(config["statistics"]["seed"]),
+        "resamples": int(config["statistics"]["bootstrap_resamples"]),
+        "settings": {rule: list(values) for rule, values in replay["settings"].items()},
+        "options": {rule: dict(options) for rule, options in replay["options"].items()},
+        "plugins": list(config["plugins"]),
+    }

@@ -28,7 +28,8 @@ def cgrpo_trainer(spec: TrainSpec, output_dir: Path, initial: dict[str, Any] | N
 
 
 def ablation_trainer(spec: TrainSpec, output_dir: Path, initial: None = None):
-    """C-GRPO's trainer with a calibration-free stopping rule (`spec.cgrpo["stopping_rule"]`): nothing is calibrated."""
+    """C-GRPO's trainer with another stopping rule (`spec.cgrpo["stopping_rule"]`); a calibrated one calibrates itself
+    on the calibration split, before the first step, with the trainer counting its cost."""
     from ..trainer import CGRPOTrainer
 
     torch.manual_seed(spec.seed)
@@ -39,6 +40,7 @@ def ablation_trainer(spec: TrainSpec, output_dir: Path, initial: None = None):
         reward_funcs=task.reward_funcs,
         args=args,
         train_dataset=_split(spec, task, "train"),
+        calibration_dataset=_split(spec, task, "calibration") if args.calibrated else None,
         answer_extractor=task.extract,
         verifier=task.verifier,
         peft_config=_peft_config(spec),

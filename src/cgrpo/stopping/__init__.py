@@ -1,0 +1,34 @@
+"""Stopping rules as plug-ins: when a prompt sampled along the budget grid has drawn enough.
+
+`CGRPOConfig.stopping_rule` names one registered rule (:data:`RULES`) and `CGRPOConfig.stopping_options` sets its
+options. Registered here:
+
+* ``conformal``: C-GRPO's rule, calibrated thresholds ``qhat_k`` (the default);
+* ``unanimous``, ``share``, ``esc``, ``adaptive``: calibration-free agreement rules;
+* ``signal``: a calibrated rule that bounds the share of informative GRPO groups it loses;
+* ``fixed``: every prompt stops at one group size, fixed-group GRPO on the grid (the replay's reference line).
+
+A new rule is one :class:`StoppingRule` subclass decorated with :func:`register`, in any module imported before the
+trainer or the pipeline builds it (the pipeline imports the modules listed in its config's ``plugins``).
+"""
+
+# The import order is the registry's order: C-GRPO's rule first, the reference line last.
+from . import conformal_rule, agreement, signal, reference  # noqa: I001
+from .agreement import top_share
+from .base import RULES, Pools, StoppingRule, correct_flags, get_rule, register, rule_names, stopping_budget
+
+__all__ = [
+    "RULES",
+    "Pools",
+    "StoppingRule",
+    "agreement",
+    "conformal_rule",
+    "correct_flags",
+    "get_rule",
+    "reference",
+    "register",
+    "rule_names",
+    "signal",
+    "stopping_budget",
+    "top_share",
+]
