@@ -44,7 +44,7 @@ def _card(model_dir: str, tmp_path, **overrides) -> str:
 def test_the_card_names_the_local_base_model_and_c_grpo_with_its_settings(tiny_model_dir, tmp_path):
     thresholds = Thresholds(delta=0.4321, qhat={2: 0.5, 4: 0.9, 8: 1.0}, solve_rate=0.7, n_calibration=32)
     card = _card(tiny_model_dir, tmp_path, recalibrate_every=0, delta_margin=0.2, initial_thresholds=thresholds)
-    assert "huggingface.co/None" not in card and "[None]" not in card
+    assert "huggingface.co/None" not in card and "[None]" not in card and 'model="None"' not in card
     assert f"fine-tuned version of `{tiny_model_dir}`" in card
     assert "trained with GRPO" not in card
     assert (

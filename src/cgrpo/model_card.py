@@ -1,7 +1,8 @@
 """The model card of a model trained here: its base model and the method it was trained with, with its settings.
 
 TRL's card (`GRPOTrainer.create_model_card`) links a base model loaded from a local folder as
-"[None](https://huggingface.co/None)" and says "trained with GRPO" for every subclass; `rewrite_card` replaces both.
+"[None](https://huggingface.co/None)", loads a model saved to a folder as `model="None"` in its quick start, and says
+"trained with GRPO" for every subclass; `rewrite_card` replaces all three.
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ UNNAMED_BASE = "[None](https://huggingface.co/None)"
 # TRL's sentence naming the method, its paper linked.
 TRL_METHOD = re.compile(r"^This model was trained with GRPO\b.*$", re.MULTILINE)
 GRPO_PAPER = "[GRPO](https://huggingface.co/papers/2402.03300)"
+# TRL's quick start loads the model by its hub id, which a model saved to a folder does not have.
+UNNAMED_MODEL = 'model="None"'
 
 
 def rewrite_card(text: str, trainer: Any) -> str:
     """TRL's card `text` with the base model named and, for the project's own methods, the method and its settings."""
     location = getattr(getattr(trainer.model, "config", None), "_name_or_path", "") or ""
     text = text.replace(UNNAMED_BASE, f"`{location}`" if location else "a model passed in memory")
+    text = text.replace(UNNAMED_MODEL, 'model="path/to/this/model"')
     method = describe_method(trainer)
     if method is None:
         return text
