@@ -372,6 +372,7 @@ def test_stopping_rules_of_the_ablations_and_the_replay_are_checked_against_the_
         ("cgrpo.ablations.settings", {"esc": [1]}, "cgrpo.ablations.settings.esc: The esc rule's window must be"),
         ("replay.settings", {"signal": [1.5]}, "replay.settings.signal: The signal rule's delta must lie in"),
         ("replay.options", {"esc": {"tau": 0.5}}, "replay.options.esc: The 'esc' stopping rule has no option tau"),
+        ("replay.settings", {"conformal": [0.1, 0.2]}, "replay.settings.conformal leaves out null"),
         ("replay.models", ["grpo_s9_G32"], "replay.models lists grpo_s9_G32, which this config does not train"),
     ]
     for key, value, message in cases:

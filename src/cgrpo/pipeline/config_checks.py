@@ -66,6 +66,11 @@ def check_stopping_rules(config: Mapping[str, Any]) -> None:
                 raise ConfigError(f"config key {key}.{rule}: the {rule!r} rule has no parameter to set; remove it.")
             for value in values:
                 _check_rule_options(f"{key}.{rule}", rule, score, {parameter: value})
+    if None not in replay["settings"].get("conformal", [None]):
+        raise ConfigError(
+            "config key replay.settings.conformal leaves out null, C-GRPO's automatic delta, which the replay compares "
+            "every rule with; add null to the list."
+        )
     for rule, options in replay["options"].items():
         _check_rule_options(f"replay.options.{rule}", rule, score, options)
     known = {"base", *static_runs(config)}

@@ -43,7 +43,7 @@ __all__ = [
     "run_replay",
 ]
 
-# The per-prompt measures, summed over prompts and divided as the table's columns say.
+# The per-prompt measures, averaged over prompts and divided as the table's columns say.
 MEASURES = ("rollouts", "informative", "kept", "signal_rows", "kept_rollouts", "agrees")
 REFERENCE_RULE, REFERENCE_SETTING = "conformal", None
 
@@ -120,9 +120,9 @@ def replay_frontier(
     return [(name, value) for name, value, _ in rules], result / resplits
 
 
-def _ratios(sums: np.ndarray) -> dict[str, np.ndarray]:
-    """The table's columns from measure sums over prompts (last axis: :data:`MEASURES`)."""
-    rollouts, informative, kept, signal_rows, kept_rollouts, agrees = np.moveaxis(sums, -1, 0)
+def _ratios(means: np.ndarray) -> dict[str, np.ndarray]:
+    """The table's columns from mean measures over prompts (last axis: :data:`MEASURES`)."""
+    rollouts, informative, kept, signal_rows, kept_rollouts, agrees = np.moveaxis(means, -1, 0)
     with np.errstate(invalid="ignore", divide="ignore"):
         return {
             "rollouts_per_prompt": rollouts,
@@ -133,7 +133,7 @@ def _ratios(sums: np.ndarray) -> dict[str, np.ndarray]:
         }
 
 
-def _resampled_sums(measures: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+def _resampled_means(measures: np.ndarray, resamples: int, seed: int) -> np.ndarray:
     """Mean measures over prompts for each bootstrap resample: shape (resamples, settings, measures)."""
     n = measures.shape[1]
     draws = np.random.default_rng(purpose_seed(seed, "replay-bootstrap")).integers(0, n, size=(resamples, n))
@@ -144,7 +144,7 @@ def _resampled_sums(measures: np.ndarray, resamples: int, seed: int) -> np.ndarr
 def replay_table(keys, measures: np.ndarray, resamples: int, seed: int, labels: Mapping[str, str]) -> pd.DataFrame:
     """One row per rule setting: each column's mean over prompts with a 95% percentile bootstrap interval."""
     point = _ratios(measures.mean(axis=1))
-    boot = _ratios(_resampled_sums(measures, resamples, seed))
+    boot = _ratios(_resampled_means(measures, resamples, seed))
     rows = []
     for s, (name, value) in enumerate(keys):
         parameter = get_rule(name).parameter
@@ -184,7 +184,7 @@ def frontier_at_reference(keys, measures: np.ndarray, resamples: int, seed: int,
     bracketed leaves the interpolated columns empty.
     """
     reference = keys.index((REFERENCE_RULE, REFERENCE_SETTING))
-    samples = [_ratios(measures.mean(axis=1)), *(_ratios(b) for b in _resampled_sums(measures, resamples, seed))]
+    samples = [_ratios(measures.mean(axis=1)), *(_ratios(b) for b in _resampled_means(measures, resamples, seed))]
     rows = []
     for name in dict.fromkeys(key[0] for key in keys):
         if name == REFERENCE_RULE:
