@@ -113,3 +113,29 @@ def test_ratios_compare_each_regime_with_its_grpo(schedule):
     assert table.loc[(16, "kmin"), "ratio_vs_grpo_one_step_rounds"] == pytest.approx(3.0 / 3.0)
     assert table.loc[(16, "mix"), "ratio"] == pytest.approx(6.0 / 10.0)
     assert table.loc[(16, "mix"), "mix_target"] == pytest.approx(1 - 0.7 * (1 - 19.2 / 32))
+
+
+# ---------------------------------------------------------------------- benchmarks/rounds.py
+@pytest.fixture(scope="module")
+def rounds_script():
+    return load_script(SCRIPT.parent / "rounds.py", "rounds")
+
+
+@pytest.mark.parametrize(
+    ("regime", "skip", "budget", "rounds"), [("stop2", True, 2, 1), ("walk", True, 32, 2), ("walk", False, 32, 5)]
+)
+def test_the_rounds_regimes_stop_where_they_say_in_as_many_rounds(
+    rounds_script, tiny_model_dir, regime, skip, budget, rounds
+):
+    args = argparse.Namespace(prompts_per_step=2, steps=2, calibration_prompts=2, max_completion_length=4, seed=0)
+    trainer = rounds_script.cgrpo_trainer(args, tiny_model_dir, regime, skip)
+    trainer.train()
+    assert trainer.budget_histogram == Counter({budget: 4})
+    assert trainer.cgrpo_totals["generation_rounds"] == rounds * args.steps
+
+
+def test_the_cost_model_recovers_seconds_per_round_and_per_rollout(rounds_script):
+    table = pd.DataFrame({"rounds_per_step": [1, 1, 1, 2, 5], "rollouts_per_step": [8, 8, 128, 128, 128]})
+    table["seconds_per_step"] = 0.1 + 0.05 * table["rounds_per_step"] + 0.002 * table["rollouts_per_step"]
+    fit = rounds_script.cost_model(table)
+    assert fit == pytest.approx({"s_per_step": 0.1, "s_per_round": 0.05, "s_per_rollout": 0.002})

@@ -1,5 +1,6 @@
 """The stopping-rule registry: every registered rule's contract, the new rules' hand cases, the signal rule's
-risk-control guarantee, and a rule added in a test running in the trainer, the replay and a pipeline dry run."""
+risk-control guarantee, skipping the budgets where a rule cannot stop, and a rule added in a test running in the
+trainer, the replay and a pipeline dry run."""
 
 from __future__ import annotations
 
@@ -12,7 +13,19 @@ import yaml
 from datasets import Dataset
 
 from cgrpo import CGRPOConfig, CGRPOTrainer
-from cgrpo.stopping import RULES, Pools, StoppingRule, correct_flags, get_rule, register, rule_names, stopping_budget
+from cgrpo.calibration import Thresholds
+from cgrpo.stopping import (
+    RULES,
+    Pools,
+    StoppingRule,
+    correct_flags,
+    get_rule,
+    next_budget,
+    register,
+    rule_names,
+    sampling_path,
+    stopping_budget,
+)
 from cgrpo.stopping.signal import reward_pattern
 
 GRID = [2, 4, 8, 16, 32]
@@ -54,6 +67,78 @@ def test_every_rule_decides_on_prefixes_and_its_fit_survives_json(name, score):
             for row, rewards in zip(pools.outcomes, pools.rewards)
         ]
         assert set(budgets) <= set(GRID)
+
+
+def _rules_at_every_setting(score: str, pools: Pools):
+    """Every registered rule at every setting of its sweep, with its fit on ``pools`` where it is calibrated."""
+    for name in sorted(RULES):
+        cls = get_rule(name)
+        for value in cls.sweep_for(GRID) or [None]:
+            rule = cls(score, **({} if cls.parameter is None else {cls.parameter: value}))
+            yield rule, rule.fit(pools) if cls.calibrated else None
+
+
+@pytest.mark.parametrize("score", ["aps", "first_success", "pass_rate"])
+def test_skipping_impossible_budgets_stops_every_prompt_where_stepping_through_the_grid_does(score):
+    """The exactness of `skip_impossible_budgets`: on the same outcomes every rule, at every setting, stops at the same
+    budget whether it visits every budget or draws straight to the next where it could stop, in no more rounds."""
+    pools = _pools(random.Random(0), 60, score)
+    fresh = _pools(random.Random(1), 300, score)
+    saved = 0
+    for rule, fit in _rules_at_every_setting(score, pools):
+        for row, rewards in zip(fresh.outcomes, fresh.rewards):
+            rewards = rewards if rule.needs_rewards else None
+            stepwise = sampling_path(rule, fit, GRID, row, rewards, random.Random(2), skip=False)
+            skipping = sampling_path(rule, fit, GRID, row, rewards, random.Random(2))
+            assert skipping[-1] == stepwise[-1] == stopping_budget(rule, fit, GRID, row, rewards, random.Random(2))
+            assert set(skipping) <= set(stepwise)
+            saved += len(stepwise) - len(skipping)
+    assert saved > 0
+
+
+def test_a_budget_is_skipped_only_where_no_draw_could_stop_the_prompt():
+    unanimous, share = get_rule("unanimous")("aps"), get_rule("share")("aps", tau=0.75)
+    # After a-b, unanimity is dead at every budget; 3 of 4 can still agree.
+    assert next_budget(unanimous, None, GRID, ["a", "b"], None) == 32
+    assert next_budget(share, None, GRID, ["a", "b"], None) == 4
+    # qhat_4 = 0.875 needs 4 of 4 after a-b, impossible; 7 of 8 is not.
+    thresholds = Thresholds(
+        delta=0.3, qhat={2: 1.0, 4: 0.875, 8: 0.875, 16: 0.4, 32: 1.0}, solve_rate=0.9, n_calibration=8
+    )
+    conformal = get_rule("conformal")("aps")
+    assert next_budget(conformal, thresholds, GRID, ["a", "b"], None) == 8
+    assert next_budget(conformal, thresholds, GRID, ["a", "b", None, None], None) == 16
+    assert next_budget(conformal, thresholds, GRID, [], None) == 2
+    # The window rule forgets: after a-b, four new agreeing draws fill a window of 4 at 8, not at 4.
+    esc = get_rule("esc")("aps", window=4)
+    assert next_budget(esc, None, GRID, ["a", "b"], None) == 8
+    assert next_budget(esc, None, GRID, ["a", "a"], None) == 4
+    assert next_budget(get_rule("fixed")("aps", size=16), None, GRID, [], None) == 16
+    # The signal rule: a mixed prefix waits for mixed_stop; a uniform one stops where its cell allows or once mixed.
+    signal = get_rule("signal")("aps", delta=0.2, mixed_stop=16)
+    fit = {
+        "lambda": 0.3,
+        "p_informative": {
+            "2": {"correct": 0.5, "wrong": 0.5},
+            "4": {"correct": 0.5, "wrong": 0.5},
+            "8": {"correct": 0.2, "wrong": 0.9},
+            "16": {"correct": 0.5, "wrong": 0.5},
+        },
+    }
+    assert next_budget(signal, fit, GRID, ["g", "a"], [1.0, 0.0]) == 16
+    assert next_budget(signal, fit, GRID, ["g", "g"], [1.0, 1.0]) == 8
+    assert next_budget(signal, fit, GRID, ["a", "a"], [0.0, 0.0]) == 16
+    # A rule that says nothing of where it could stop is stepped through the grid.
+    assert next_budget(_TwoHits("aps"), None, GRID, ["a", "b"], None) == 4
+
+
+class _TwoHits(StoppingRule):
+    """Unregistered: stops once two draws agree, with the interface's default `could_stop`."""
+
+    name = "twohitsunregistered"
+
+    def stops(self, k, outcomes, rewards, fit, rng) -> bool:
+        return len(outcomes) - len(set(outcomes)) >= 1
 
 
 def test_an_uncalibrated_rule_refuses_to_fit_and_options_are_checked():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 
 import pytest
@@ -124,7 +125,9 @@ def test_always_passing_verifier_gives_one_over_k_thresholds(tiny_model_dir, tmp
     assert calls[:4] == ["200", "202", "204", "206"]  # calibration examples first, with their own columns
 
 
-def test_each_increment_is_one_generation_call(tiny_model_dir, tmp_path, monkeypatch):
+@pytest.fixture
+def call_sizes(monkeypatch) -> list[int]:
+    """The rows of every TRL generation call made while the test runs."""
     sizes = []
     original = GRPOTrainer._generate
 
@@ -133,12 +136,82 @@ def test_each_increment_is_one_generation_call(tiny_model_dir, tmp_path, monkeyp
         return original(self, prompts)
 
     monkeypatch.setattr(GRPOTrainer, "_generate", spy)
+    return sizes
+
+
+def test_each_increment_is_one_generation_call(tiny_model_dir, tmp_path, call_sizes):
+    sizes = call_sizes
     trainer = _trainer(
-        tiny_model_dir, tmp_path, extractor=lambda text: None, num_calibration_samples=2, calibration_batch_size=2
+        tiny_model_dir,
+        tmp_path,
+        extractor=lambda text: None,
+        num_calibration_samples=2,
+        calibration_batch_size=2,
+        skip_impossible_budgets=False,
     )
     _score_batch(trainer, prompts=2)
     # One calibration call (2 prompts x 8), then increments of 2, 2 and 4 completions for both prompts.
     assert sizes == [16, 4, 4, 8]
+    assert trainer.cgrpo_totals["generation_rounds"] == 3
+
+
+def test_a_round_draws_past_budgets_where_the_rule_cannot_stop(tiny_model_dir, tmp_path, call_sizes):
+    sizes = call_sizes
+    trainer = _trainer(
+        tiny_model_dir, tmp_path, extractor=lambda text: None, num_calibration_samples=2, calibration_batch_size=2
+    )
+    _score_batch(trainer, prompts=2)
+    # No answer is ever extracted, so every threshold is 1 and, after two failures, no budget below 8 can stop:
+    # the second round draws the remaining 6 of each group at once.
+    assert trainer.thresholds.qhat[4] == 1.0
+    assert sizes == [16, 4, 12]
+    assert trainer.cgrpo_totals["generation_rounds"] == 2
+
+
+@pytest.mark.parametrize(
+    "rule", [{}, {"stopping_rule": "unanimous"}, {"stopping_rule": "esc", "stopping_options": {"window": 2}}]
+)
+def test_a_skipping_trainer_stops_each_prompt_where_its_rule_stepping_through_the_grid_would(
+    tiny_model_dir, tmp_path, monkeypatch, rule
+):
+    from cgrpo.calibration import Thresholds
+    from cgrpo.stopping import sampling_path
+
+    drawn: dict[str, list] = {}
+    original = CGRPOTrainer._outcomes
+
+    def record(self, completions, example):
+        outcomes = original(self, completions, example)
+        drawn.setdefault(example["prompt"], []).extend(outcomes)
+        return outcomes
+
+    monkeypatch.setattr(CGRPOTrainer, "_outcomes", record)
+    trainer = CGRPOTrainer(
+        model=tiny_model_dir,
+        reward_funcs=_length_reward,
+        args=_config(tmp_path, **rule),
+        train_dataset=_data(32),
+        calibration_dataset=_data(4, offset=100),
+        # Two answers by the completion's length: groups that agree, and groups that split.
+        answer_extractor=lambda text: str(len(text) % 2),
+        # After two different answers no budget below 8 can stop: 4 of 4 would have to agree.
+        initial_thresholds=None
+        if rule
+        else Thresholds(delta=0.2, qhat={2: 1.0, 4: 0.8, 8: 1.0}, solve_rate=0.9, n_calibration=4),
+    )
+    _score_batch(trainer, prompts=8)
+    stopping = trainer.stopping_rule
+    rounds = []
+    for prompt, outcomes in drawn.items():
+        padded = outcomes + [None] * (GRID[-1] - len(outcomes))
+        stepwise = sampling_path(stopping, trainer.stopping_fit, GRID, padded, None, random.Random(0), skip=False)
+        assert stepwise[-1] == len(outcomes), prompt
+        rounds.append(len(sampling_path(stopping, trainer.stopping_fit, GRID, padded, None, random.Random(0))))
+    assert sorted(trainer.budget_histogram.elements()) == sorted(len(o) for o in drawn.values())
+    assert trainer.cgrpo_totals["generation_rounds"] == max(rounds)
+    # Only the window rule can stop a split prompt at 4 (its last two draws agree); the others skip 4.
+    if rule.get("stopping_rule") != "esc":
+        assert set(trainer.budget_histogram) <= {2, 8}
 
 
 def test_recalibrates_exactly_at_configured_steps_and_logs_every_metric(tiny_model_dir, tmp_path):

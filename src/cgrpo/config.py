@@ -47,6 +47,12 @@ class CGRPOConfig(GRPOConfig):
             `{"confidence": 0.9}` for `"adaptive"`, `{"delta": 0.1, "mixed_stop": 8}` for `"signal"`, `{"size": 8}`
             for `"fixed"`, `{"tau": 0.9}` for `"share"` (overrides `stop_share`). The conformal rule takes its
             options from `conformal_delta`, `delta_margin` and `split_delta`.
+        skip_impossible_budgets (`bool`, *optional*, defaults to `True`):
+            Draw each prompt straight up to the next budget where its stopping rule could still stop, given the
+            outcomes so far (`StoppingRule.could_stop`), in one generation round, instead of visiting every budget of
+            the grid. The rule decides the same on the same outcomes, and a prompt draws as many rollouts; only the
+            rounds (generation calls) are fewer. The completions differ from a run without it, because a generation
+            call's random draws depend on its rows.
         stop_share (`float`, *optional*, defaults to `0.75`):
             The share tau of the `"share"` rule, in (0, 1]; `1` is the unanimous rule. Any tau above 1/2 stops the
             first budget of the default grid (2) only on two agreeing answers, as the other rules do, so the rules
@@ -148,6 +154,13 @@ class CGRPOConfig(GRPOConfig):
         metadata={
             "help": "Options of the stopping rule by name, e.g. {'window': 2} for 'esc' or {'delta': 0.1} for "
             "'signal'; None keeps the rule's defaults."
+        },
+    )
+    skip_impossible_budgets: bool = field(
+        default=True,
+        metadata={
+            "help": "Draw each prompt straight up to the next budget where its stopping rule could still stop, in one "
+            "generation round: the same decisions and rollouts, fewer rounds."
         },
     )
     stop_share: float = field(

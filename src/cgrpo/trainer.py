@@ -31,7 +31,7 @@ from .padding import (
 )
 from .resume import read_state, write_state
 from .sampler import DynamicSampler
-from .stopping import correct_flags
+from .stopping import correct_flags, next_budget
 from .support import Generated, SupportedGRPOTrainer
 from .trainer_calibration import CalibrationMixin
 from .trainer_checks import (
@@ -57,7 +57,10 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
     """GRPO with a per-prompt rollout budget chosen by split-conformal prediction.
 
     Every prompt of a generation batch is sampled in increments along `args.budget_grid` (2, then 2 more, then 4 more,
-    ...), one generation call per increment for all prompts still active. A generation batch spans
+    ...), one generation call (a round) per increment for all prompts still active; with
+    `args.skip_impossible_budgets` (the default) a prompt draws straight past the budgets where its rule cannot stop
+    whatever it draws (after two different answers, a unanimous stop), so it stops where it would have, in fewer
+    rounds. A generation batch spans
     `args.steps_per_generation` optimizer steps: one, as in TRL, by default; several with `args.min_generation_prompts`,
     so that these calls cover many prompts (on small batches a call costs its latency, not its rows). A prompt stops at the first budget whose
     conformal prediction set over the answers drawn so far is a single answer (score `"aps"`), or, for the execution
@@ -119,7 +122,8 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
             `n_calibration`, `rollouts`, `tokens`, `wall_s`, and with `args.calibration_holdout` a `holdout` dict:
             see `holdout_coverage`); empty with a calibration-free rule.
         cgrpo_totals (`dict[str, float]`): generated rollouts and tokens in training and calibration (all processes),
-            groups sampled, throwaway lockstep rollouts (all processes, training and calibration calls), seconds
+            groups sampled, throwaway lockstep rollouts (all processes, training and calibration calls), training
+            generation rounds (`generation_rounds`: budget-increment generation calls, the same on every process), seconds
             spent in training generation and calibration, and the completions whose answer extractor or verifier
             raised (this process), which count as failed outcomes; with `args.calibration_holdout`, the held-out
             diagnostic's own costs, counted nowhere else: `holdout_rollouts`, `holdout_tokens` (all processes),
@@ -366,26 +370,50 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
         return generated, list(self._pad_mask)
 
     def _generate_with_budgets(self, prompts: list):
-        width, grid = self.args.max_budget, self.args.budget_grid
+        """Sample each group in rounds: every prompt still going draws up to its next budget, then its rule decides.
+
+        The next budget is the next one of the grid, or with `args.skip_impossible_budgets` the next one where the rule
+        could stop (`cgrpo.stopping.next_budget`). Every process makes the same number of rounds.
+        """
+        width = self.args.max_budget
         group_prompts, examples = prompts[::width], self._batch_examples[::width]
         self._lockstep_before_batch = self.cgrpo_totals["lockstep_rollouts"]
         rows: list[list[tuple]] = [[] for _ in group_prompts]
         outcomes: list[list] = [[] for _ in group_prompts]
-        active, drawn = list(range(len(group_prompts))), 0
-        for k in grid:
-            if not self._any_process_has(len(active)):
-                break
-            step = k - drawn
-            increment = [group_prompts[i] for i in active for _ in range(step)]
-            generated = self._generate_rows(increment, step, group_prompts[0])
-            for j, i in enumerate(active):
-                part = slice(j * step, (j + 1) * step)
+        targets = {i: self._next_budget([], examples[i]) for i in range(len(group_prompts))}
+        rounds = 0
+        while self._any_process_has(len(targets)):
+            rounds += 1
+            steps = {i: target - len(outcomes[i]) for i, target in targets.items()}
+            increment = [group_prompts[i] for i, step in steps.items() for _ in range(step)]
+            generated = self._generate_rows(increment, self._common_step(steps.values()), group_prompts[0])
+            start = 0
+            for i, step in steps.items():
+                part = slice(start, start + step)
+                start += step
                 rows[i].extend(zip(*(column[part] for column in generated)))
                 outcomes[i].extend(self._outcomes(generated[2][part], examples[i]))
-            drawn = k
-            if k < width:
-                active = [i for i in active if not self._stops(k, outcomes[i], examples[i])]
+            targets = {
+                i: self._next_budget(outcomes[i], examples[i])
+                for i, target in targets.items()
+                if target < width and not self._stops(target, outcomes[i], examples[i])
+            }
+        self.cgrpo_totals["generation_rounds"] += rounds
+        self._metrics["train"]["cgrpo/generation_rounds"].append(float(rounds))
         return self._pad_groups(rows)
+
+    def _next_budget(self, outcomes: list, example: dict[str, Any]) -> int:
+        """The budget a prompt with these outcomes draws up to in its next round."""
+        grid = self.args.budget_grid
+        if not self.args.skip_impossible_budgets:
+            return next(k for k in grid if k > len(outcomes))
+        rewards = self._rewards(outcomes, example) if self.stopping_rule.needs_rewards else None
+        return next_budget(self.stopping_rule, self.stopping_fit, grid, outcomes, rewards)
+
+    def _common_step(self, steps) -> int:
+        """The largest number that divides every process's increments: the group width TRL lays the call out in."""
+        local = math.gcd(*steps)
+        return math.gcd(*self.accelerator.gather(torch.tensor([local], device=self.accelerator.device)).tolist())
 
     def _stops(self, k: int, outcomes: list, example: dict[str, Any]) -> bool:
         rule = self.stopping_rule

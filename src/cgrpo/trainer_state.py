@@ -15,6 +15,7 @@ TOTALS_KEYS = (
     "train_tokens",
     "groups",
     "lockstep_rollouts",
+    "generation_rounds",
     "calibration_rollouts",
     "calibration_tokens",
     "generation_s",

@@ -15,7 +15,19 @@ trainer or the pipeline builds it (the pipeline imports the modules listed in it
 # The import order is the registry's order: C-GRPO's rule first, the reference line last.
 from . import conformal_rule, agreement, signal, reference  # noqa: I001
 from .agreement import top_share
-from .base import RULES, Pools, StoppingRule, correct_flags, get_rule, register, rule_names, stopping_budget
+from .base import (
+    RULES,
+    Pools,
+    StoppingRule,
+    correct_flags,
+    get_rule,
+    next_budget,
+    register,
+    repeat_leader,
+    rule_names,
+    sampling_path,
+    stopping_budget,
+)
 
 __all__ = [
     "RULES",
@@ -25,9 +37,12 @@ __all__ = [
     "conformal_rule",
     "correct_flags",
     "get_rule",
+    "next_budget",
     "reference",
     "register",
+    "repeat_leader",
     "rule_names",
+    "sampling_path",
     "signal",
     "stopping_budget",
     "top_share",

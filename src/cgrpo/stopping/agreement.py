@@ -4,6 +4,9 @@ For the ``"aps"`` score "agree" means the same extracted answer; a failed extrac
 counts among the draws, so failures make stopping harder, never easier. For the execution scores the agreeing outcome
 is a pass: like the conformal rule, these rules never stop a prompt without a pass (more draws may still solve it).
 None of them draws random numbers.
+
+Each says exactly where it could still stop (:meth:`~cgrpo.stopping.StoppingRule.could_stop`): the rules on the leading
+answer's share or count by repeating the leader, the window rule by the agreement of the draws its window keeps.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Sequence
 from scipy.special import betainc
 
 from ..calibration import SCORES
-from .base import StoppingRule, register
+from .base import StoppingRule, register, repeat_leader
 
 __all__ = ["AdaptiveConsistencyRule", "ShareRule", "UnanimousRule", "WindowRule", "top_share"]
 
@@ -59,6 +62,9 @@ class UnanimousRule(StoppingRule):
     def stops(self, k, outcomes, rewards, fit, rng) -> bool:
         return _all_agree(self.score, outcomes[:k])
 
+    def could_stop(self, j, outcomes, rewards, fit) -> bool:
+        return _could_stop_by_leader(self, j, outcomes, fit)
+
 
 @register
 class ShareRule(StoppingRule):
@@ -84,6 +90,9 @@ class ShareRule(StoppingRule):
         share = top_share(self.score, k, outcomes)
         return share > 0 and share >= self.options["tau"]
 
+    def could_stop(self, j, outcomes, rewards, fit) -> bool:
+        return _could_stop_by_leader(self, j, outcomes, fit)
+
 
 @register
 class WindowRule(StoppingRule):
@@ -107,6 +116,12 @@ class WindowRule(StoppingRule):
     def stops(self, k, outcomes, rewards, fit, rng) -> bool:
         window = self.options["window"]
         return k >= window and _all_agree(self.score, outcomes[k - window : k])
+
+    def could_stop(self, j, outcomes, rewards, fit) -> bool:
+        # New draws can all agree with the window's old draws, and the window needs nothing else.
+        window = self.options["window"]
+        kept = outcomes[max(j - window, 0) :]
+        return j >= window and (not kept or _all_agree(self.score, kept))
 
 
 @register
@@ -133,3 +148,13 @@ class AdaptiveConsistencyRule(StoppingRule):
         first, second = _top_two(self.score, outcomes[:k])
         # P(X > 1/2) for X ~ Beta(a, b) is the regularised incomplete beta I_{1/2}(b, a).
         return first > 0 and betainc(second + 1, first + 1, 0.5) >= self.options["confidence"]
+
+    def could_stop(self, j, outcomes, rewards, fit) -> bool:
+        # Every continuation leaves the leader at most its count plus the new draws and the runner-up at least its
+        # count; repeating the leader reaches both bounds, and the posterior grows with the first, falls with the second.
+        return _could_stop_by_leader(self, j, outcomes, fit)
+
+
+def _could_stop_by_leader(rule: StoppingRule, j: int, outcomes, fit) -> bool:
+    """Whether ``rule`` stops at ``j`` when every new draw repeats the leading answer (or passes)."""
+    return rule.stops(j, repeat_leader(rule.score, outcomes, j), None, fit, None)

@@ -8,11 +8,17 @@ object serves any number of fits (the trainer's recalibrations, the replay's fol
 
 Adding a rule is one subclass decorated with :func:`register`: the trainer (``CGRPOConfig.stopping_rule``), the
 pipeline's ablations and replay, and the docs' table list rules from the registry.
+
+Outcomes are nested prefixes, so a rule often knows in advance that it cannot stop at the next budget or two whatever
+is drawn (after two different answers, unanimity never holds again). A rule that says so (:meth:`StoppingRule.could_stop`)
+lets the trainer draw straight up to the next budget where it could stop, in one generation round: the same decisions
+on the same outcomes, fewer rounds (:func:`sampling_path`).
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -26,7 +32,10 @@ __all__ = [
     "correct_flags",
     "get_rule",
     "register",
+    "next_budget",
+    "repeat_leader",
     "rule_names",
+    "sampling_path",
     "stopping_budget",
 ]
 
@@ -137,6 +146,15 @@ class StoppingRule:
         """Whether the prompt stops at budget ``k`` given its first ``k`` outcomes and rewards."""
         raise NotImplementedError
 
+    def could_stop(self, j: int, outcomes: Sequence, rewards: Sequence[float] | None, fit: Any) -> bool:
+        """Whether some continuation of the outcomes drawn so far to ``j`` draws would make :meth:`stops` hold at ``j``.
+
+        False lets the trainer skip budget ``j`` unsampled, so it must be False only where no continuation stops there
+        (a rule that stops on a random draw must say True). The base class says True everywhere: no budget is skipped,
+        which is exact for any rule; a tighter answer only saves generation rounds.
+        """
+        return True
+
 
 RULES: dict[str, type[StoppingRule]] = {}
 
@@ -168,6 +186,71 @@ def get_rule(name: str) -> type[StoppingRule]:
     return RULES[name]
 
 
+def repeat_leader(score: str, outcomes: Sequence, total: int) -> list:
+    """``outcomes`` continued to ``total`` draws by repeats of the leading outcome: the most frequent extracted answer
+    (``"aps"``; a new answer when none was extracted), or a pass (execution scores).
+
+    For a rule that stops on the leader's share or count, no continuation stops where this one does not, so it decides
+    :meth:`StoppingRule.could_stop` exactly.
+    """
+    if score != "aps":
+        leader: Any = True
+    else:
+        counts = Counter(answer for answer in outcomes if answer is not None)
+        leader = counts.most_common(1)[0][0] if counts else _NEW_ANSWER
+    return [*outcomes, *[leader] * (total - len(outcomes))]
+
+
+class _NewAnswer:
+    """An answer distinct from every extracted one (which are strings)."""
+
+    def __repr__(self) -> str:
+        return "<a new answer>"
+
+
+_NEW_ANSWER = _NewAnswer()
+
+
+def next_budget(
+    rule: StoppingRule, fit: Any, grid: Sequence[int], outcomes: Sequence, rewards: Sequence[float] | None
+) -> int:
+    """The budget to draw a prompt up to next: the smallest budget of ``grid`` above the draws so far at which ``rule``
+    could stop (:meth:`StoppingRule.could_stop`), ``max(grid)`` when there is none."""
+    later = [j for j in sorted_grid(grid) if j > len(outcomes)]
+    return next((j for j in later[:-1] if rule.could_stop(j, outcomes, rewards, fit)), later[-1])
+
+
+def sampling_path(
+    rule: StoppingRule,
+    fit: Any,
+    grid: Sequence[int],
+    outcomes: Sequence,
+    rewards: Sequence[float] | None,
+    rng: random.Random,
+    skip: bool = True,
+) -> list[int]:
+    """The budgets the trainer draws a prompt up to, one generation round each, replayed on its logged outcomes.
+
+    The last is where the prompt stops. With ``skip`` each round draws up to :func:`next_budget`; without, up to the
+    next budget of the grid. ``outcomes`` (and ``rewards``) must hold at least ``max(grid)`` draws.
+    """
+    budgets = sorted_grid(grid)
+    if len(outcomes) < budgets[-1]:
+        raise ValueError(
+            f"Got {len(outcomes)} outcomes for a prompt but the largest budget is {budgets[-1]}; pass at least that "
+            "many per prompt."
+        )
+    path: list[int] = []
+    while not path or path[-1] < budgets[-1]:
+        drawn = path[-1] if path else 0
+        prefix = None if rewards is None else rewards[:drawn]
+        k = next_budget(rule, fit, budgets, outcomes[:drawn], prefix) if skip else budgets[len(path)]
+        path.append(k)
+        if k < budgets[-1] and rule.stops(k, outcomes[:k], None if rewards is None else rewards[:k], fit, rng):
+            break
+    return path
+
+
 def stopping_budget(
     rule: StoppingRule,
     fit: Any,
@@ -181,13 +264,4 @@ def stopping_budget(
     The first budget of ``grid`` where ``rule`` stops on the prefix, ``max(grid)`` when none does. ``outcomes`` (and
     ``rewards``) must hold at least ``max(grid)`` draws.
     """
-    budgets = sorted_grid(grid)
-    if len(outcomes) < budgets[-1]:
-        raise ValueError(
-            f"Got {len(outcomes)} outcomes for a prompt but the largest budget is {budgets[-1]}; pass at least that "
-            "many per prompt."
-        )
-    for k in budgets[:-1]:
-        if rule.stops(k, outcomes[:k], None if rewards is None else rewards[:k], fit, rng):
-            return k
-    return budgets[-1]
+    return sampling_path(rule, fit, grid, outcomes, rewards, rng, skip=False)[-1]

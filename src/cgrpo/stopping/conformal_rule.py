@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from ..calibration import Thresholds, calibration_scores, fit_thresholds, should_stop
 from ..conformal import DELTA_MARGIN
-from .base import Pools, StoppingRule, register
+from .base import Pools, StoppingRule, register, repeat_leader
 
 __all__ = ["ConformalRule"]
 
@@ -48,3 +49,9 @@ class ConformalRule(StoppingRule):
 
     def stops(self, k, outcomes, rewards, fit: Thresholds, rng) -> bool:
         return should_stop(self.score, k, fit.qhat[k], outcomes, rng)
+
+    def could_stop(self, j, outcomes, rewards, fit: Thresholds) -> bool:
+        # The set is a singleton exactly when the top answer's share (or, for the execution scores, the passes) reaches
+        # qhat_j, so repeating the leader decides it. The tie-break draws never change that decision, so a generator
+        # of its own keeps the real one's stream as it was.
+        return self.stops(j, repeat_leader(self.score, outcomes, j), None, fit, random.Random(0))

@@ -29,3 +29,6 @@ class FixedRule(StoppingRule):
 
     def stops(self, k, outcomes, rewards, fit, rng) -> bool:
         return k >= self.options["size"]
+
+    def could_stop(self, j, outcomes, rewards, fit) -> bool:
+        return j >= self.options["size"]

@@ -103,6 +103,15 @@ class SignalRule(StoppingRule):
         cell = fit["p_informative"].get(str(k))
         return cell is not None and cell[pattern] <= fit["lambda"]
 
+    def could_stop(self, j, outcomes, rewards, fit: dict[str, Any]) -> bool:
+        # A new draw can keep a uniform prefix uniform or make it mixed (from j >= 2); a mixed prefix stays mixed.
+        patterns = {reward_pattern(rewards)} if rewards else set(PATTERNS)
+        if patterns == {"mixed"}:
+            return j >= self.options["mixed_stop"]
+        cell = fit["p_informative"].get(str(j))
+        uniform = cell is not None and any(cell[pattern] <= fit["lambda"] for pattern in patterns)
+        return uniform or (j >= 2 and j >= self.options["mixed_stop"])
+
 
 def _p_informative(rewards_per_prompt, k: int, pattern: str) -> float:
     """Laplace-smoothed share of the prompts whose first ``k`` rewards show ``pattern`` and whose pool is mixed."""
