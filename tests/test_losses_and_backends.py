@@ -208,13 +208,44 @@ def _vllm_trainer(model_dir, tmp_path, **overrides):
     return trainer
 
 
-def test_vllm_requests_one_call_per_increment_with_grouped_rows(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize(
+    ("skip", "requests"),
+    [
+        # Calibration asks for 8 samples of 2 prompts; then increments of 2, 2 and 4 samples for both prompts.
+        (False, [(16, 8), (4, 2), (4, 2), (8, 4)]),
+        # No answer is ever extracted, so no budget below 8 can stop: after the first 2, the other 6 in one call.
+        (True, [(16, 8), (4, 2), (12, 6)]),
+    ],
+)
+def test_vllm_requests_one_call_per_increment_with_grouped_rows(tiny_model_dir, tmp_path, skip, requests):
     trainer = _vllm_trainer(
-        tiny_model_dir, tmp_path, extractor=lambda text: None, num_calibration_samples=2, calibration_batch_size=2
+        tiny_model_dir,
+        tmp_path,
+        extractor=lambda text: None,
+        num_calibration_samples=2,
+        calibration_batch_size=2,
+        skip_impossible_budgets=skip,
     )
     _score_batch(trainer, prompts=2)
-    # Calibration asks for 8 samples of 2 prompts; then increments of 2, 2 and 4 samples for both prompts.
-    assert trainer.vllm_generation.requests == [(16, 8), (4, 2), (4, 2), (8, 4)]
+    assert trainer.vllm_generation.requests == requests
+
+
+def test_a_round_with_different_increments_asks_vllm_for_rows_grouped_by_their_common_divisor(tiny_model_dir, tmp_path):
+    from cgrpo.calibration import Thresholds
+
+    # Answers in call order: prompt 0 draws two failures (4 agreeing of 4 is out of reach: it skips to 8), prompt 1
+    # draws a and b (3 of 4 could still agree: it draws 2 more), then failures only.
+    answers = [iter([])]
+    trainer = _vllm_trainer(tiny_model_dir, tmp_path, extractor=lambda text: next(answers[0], "") or None)
+    answers[0] = iter(["", "", "a", "b"])  # from the first training draw on (construction probes the extractor)
+    trainer.cgrpo_state.thresholds = Thresholds(
+        delta=0.2, qhat={2: 1.0, 4: 0.75, 8: 1.0}, solve_rate=0.9, n_calibration=4
+    )
+    trainer.cgrpo_state.last_calibration_step = 0
+    _score_batch(trainer, prompts=2)
+    # Round 2 holds 6 rows of prompt 0 and 2 of prompt 1, in pairs; round 3 the last 4 of prompt 1.
+    assert trainer.vllm_generation.requests == [(4, 2), (8, 2), (4, 4)]
+    assert trainer.budget_histogram == {8: 2}
 
 
 def test_vllm_padded_rows_get_unit_importance_ratio(tiny_model_dir, tmp_path):
