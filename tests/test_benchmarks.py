@@ -139,3 +139,16 @@ def test_the_cost_model_recovers_seconds_per_round_and_per_rollout(rounds_script
     table["seconds_per_step"] = 0.1 + 0.05 * table["rounds_per_step"] + 0.002 * table["rollouts_per_step"]
     fit = rounds_script.cost_model(table)
     assert fit == pytest.approx({"s_per_step": 0.1, "s_per_round": 0.05, "s_per_rollout": 0.002})
+
+
+def test_prompt_cache_times_a_round_and_its_prefill_for_each_prompt_and_round_size(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # it imports the model and questions of rounds.py
+    script = load_script(SCRIPT.parent / "prompt_cache.py", "prompt_cache")
+    model, tokenizer = script.load("random", tmp_path / "model")
+    args = argparse.Namespace(completion_length=4, prompts=2, rows="2,3", repeats=1)
+    table = script.measure(args, model, tokenizer)
+    assert list(zip(table["prompt"], table["rows"])) == [("short", 4), ("short", 6), ("long", 4), ("long", 6)]
+    short, long = table.groupby("prompt")["prompt_tokens"].first()[["short", "long"]]
+    assert long > 10 * short
+    assert (table["prefill_s"] > 0).all() and (table["round_s"] > 0).all()
+    assert ((table["prefill_share"] - table["prefill_s"] / table["round_s"]).abs() < 0.01).all()

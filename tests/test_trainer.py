@@ -227,6 +227,7 @@ def test_recalibrates_exactly_at_configured_steps_and_logs_every_metric(tiny_mod
         "cgrpo/calibration_solve_rate",
         "cgrpo/calibration_rollouts",
         "cgrpo/calibration_rollouts_total",
+        "cgrpo/generation_rounds",
         *(f"cgrpo/qhat_{k}" for k in GRID),
     }
     assert expected <= logged
