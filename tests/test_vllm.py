@@ -7,6 +7,7 @@ keeps the checks a real backend cannot force (fixed completions and log-probs).
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import socket
@@ -21,6 +22,8 @@ import torch
 
 from cgrpo import CGRPOConfig, CGRPOTrainer
 from cgrpo.pipeline.tasks import get_task
+from cgrpo.stopping import sampling_path
+from cgrpo.user_code import completion_text, normalise_answer
 from cgrpo.vllm_colocate import CPU_OPTIONS
 
 pytestmark = pytest.mark.vllm
@@ -129,14 +132,15 @@ def _runs(prompt_ids: list) -> list[int]:
     return runs
 
 
-def _increments(budgets: list[int]) -> list[tuple[int, int]]:
-    """(rows, rows per prompt) of each call the stopping rule asks for, given where every prompt stopped."""
-    calls, drawn = [], 0
-    for k in GRID:
-        active = sum(budget >= k for budget in budgets)
-        if active:
-            calls.append((active * (k - drawn), k - drawn))
-        drawn = k
+def _rounds(paths: list[list[int]], server: bool) -> list[tuple[int, int | list[int]]]:
+    """(rows, rows per prompt) of each round, given the budgets every prompt was drawn up to (`sampling_path`): per
+    prompt in colocate mode (one increment, or the sorted distinct ones), their common divisor in server mode (TRL asks
+    the server for that many samples of each listed prompt)."""
+    calls = []
+    for r in range(max(len(path) for path in paths)):
+        steps = [path[r] - (path[r - 1] if r else 0) for path in paths if len(path) > r]
+        distinct = sorted(set(steps))
+        calls.append((sum(steps), math.gcd(*steps) if server else distinct[0] if len(distinct) == 1 else distinct))
     return calls
 
 
@@ -144,11 +148,12 @@ class Recorder:
     """Spies on one trainer: stopping budgets, and batches before padding leaves them."""
 
     def __init__(self, trainer):
-        self.budgets, self.batches = [], []
+        self.budgets, self.paths, self.batches = [], [], []
         pad_groups, drop = trainer._pad_groups, trainer._drop_padded_rows
 
         def spy_pad_groups(rows):
             self.budgets.append([len(group) for group in rows])
+            self.paths.append([_sampling_path(trainer, group) for group in rows])
             return pad_groups(rows)
 
         def spy_drop(output):
@@ -164,10 +169,20 @@ class Recorder:
 
         trainer._pad_groups, trainer._drop_padded_rows = spy_pad_groups, spy_drop
 
-    def expected_calls(self) -> list[tuple[int, int]]:
-        """(rows, rows per prompt) of every generation call: each step's calibration, then its increments."""
+    def expected_calls(self, server: bool = False) -> list[tuple]:
+        """(rows, rows per prompt) of every generation call: each step's calibration, then its rounds."""
         calibration = [(CALIBRATION_BATCH * GRID[-1], GRID[-1])] * (CALIBRATION_EXAMPLES // CALIBRATION_BATCH)
-        return [call for budgets in self.budgets for call in calibration + _increments(budgets)]
+        return [call for paths in self.paths for call in calibration + _rounds(paths, server)]
+
+
+def _sampling_path(trainer, group: list[tuple]) -> list[int]:
+    """The budgets the trainer's rule drew this group up to, replayed on its completions' answers."""
+    answers = [normalise_answer(trainer.answer_extractor(completion_text(row[2]))) for row in group]
+    padded = answers + [None] * (GRID[-1] - len(answers))
+    skip = trainer.args.skip_impossible_budgets
+    path = sampling_path(trainer.stopping_rule, trainer.stopping_fit, GRID, padded, None, random.Random(0), skip=skip)
+    assert path[-1] == len(group), (path, answers)
+    return path
 
 
 class ColocateRecorder(Recorder):
@@ -357,7 +372,7 @@ def test_server_mode_samples_increments_through_a_real_server(server, data, tmp_
     recorder = Recorder(trainer)
     _no_hf_generate(trainer)
     trainer.train()
-    assert calls == recorder.expected_calls()
+    assert calls == recorder.expected_calls(server=True)
     names = [name for name, _ in trainer.model.named_parameters()]
     assert pushed == [names, names]
     padded = torch.cat([batch["pad"] for batch in recorder.batches])
