@@ -66,7 +66,9 @@ def measure(config: dict, args: argparse.Namespace, results: Path, out: Path) ->
     if args.method == "grpo":
         spec = train_spec(config, grpo_run_name(args.seed, max(grid)), model, splits)
     else:
-        calibrate_initial(calibration_spec(config, format_grid(grid), model, splits), out / "calibration")
+        calibrate_initial(
+            calibration_spec(config, format_grid(grid), config["splits"]["seed"], model, splits), out / "calibration"
+        )
         run = cgrpo_run_name(args.seed, grid, config["cgrpo"]["deltas"][0], config["cgrpo"]["recalibrate_every"][0])
         spec = train_spec(config, run, model, splits, str(out / "calibration" / "thresholds.json"))
     train_run(spec, out / "run")

@@ -337,7 +337,7 @@ def test_code_smoke_pipeline_end_to_end(tmp_path):
     assert result.returncode == 0, result.stdout[-5000:]
     results = tmp_path / "results" / "code_smoke"
     assert json.loads((results / "base_model" / "bootstrap.json").read_text())["task"] == "code"
-    thresholds = json.loads((results / "calibration" / "2-4-8" / "thresholds.json").read_text())
+    thresholds = json.loads((results / "calibration" / "2-4-8" / "s0" / "thresholds.json").read_text())
     # first_success scores: 1 - (index of the first pass) / k, or 1 without a pass.
     assert all(0.0 <= s <= 1.0 for scores in thresholds["scores"].values() for s in scores)
     summary = pd.read_csv(results / "tables" / "summary.csv")

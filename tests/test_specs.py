@@ -20,7 +20,14 @@ from cgrpo.pipeline.methods import (
     static_runs,
     train_spec,
 )
-from cgrpo.pipeline.specs import EvaluationSpec, TrainSpec, calibration_spec, format_delta, parse_delta
+from cgrpo.pipeline.specs import (
+    EvaluationSpec,
+    TrainSpec,
+    calibration_seed,
+    calibration_spec,
+    format_delta,
+    parse_delta,
+)
 from cgrpo.stopping import rule_names
 
 CONFIG = yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())
@@ -85,9 +92,11 @@ def test_training_specs_carry_the_policy():
         "calibration_holdout": 0,
     }
     assert share.trainer == cgrpo.trainer
-    calibration = calibration_spec(CONFIG, "2-4-8-16-32", "model", "splits")
-    # One initial calibration serves every seed, so it uses the split seed.
-    assert calibration.seed == CONFIG["splits"]["seed"] and calibration.budget_grid == [2, 4, 8, 16, 32]
+    # One initial calibration serves every seed, so it uses the split seed, unless each seed draws its own.
+    assert calibration_seed(CONFIG, 2) == CONFIG["splits"]["seed"]
+    assert calibration_seed({**CONFIG, "cgrpo": {**CONFIG["cgrpo"], "calibrate_per_seed": True}}, 2) == 2
+    calibration = calibration_spec(CONFIG, "2-4-8-16-32", 2, "model", "splits")
+    assert calibration.seed == 2 and calibration.budget_grid == [2, 4, 8, 16, 32]
 
 
 def test_evaluation_specs_sample_as_training_unless_told_otherwise():

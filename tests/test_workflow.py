@@ -87,12 +87,15 @@ def test_dry_run(tmp_path, config):
     assert counts["train_cgrpo"] == seeds * cgrpo_settings
     # One rule trains the methods without a calibration: the fixed-G GRPO, DAPO and calibration-free ablation runs.
     sizes = len(settings["grpo"]["num_generations"]) + len(settings.get("dapo", {}).get("num_generations", []))
-    assert counts["train"] == seeds * (sizes + len(settings["cgrpo"]["ablations"]["rules"]))
+    ablations = settings["cgrpo"]["ablations"]
+    ablation_settings = sum(len(ablations.get("settings", {}).get(rule, [None])) for rule in ablations["rules"])
+    assert counts["train"] == seeds * (sizes + ablation_settings)
     # Before match_compute has run, only the base model and the static runs are known to be evaluated.
     assert counts["evaluate"] == 1 + counts["train_cgrpo"] + counts["train"]
     matched = settings["grpo"]["compute_matched"]
     assert counts.get("match_compute", 0) == (cgrpo_settings if matched else 0)
-    assert counts["calibrate"] == len(settings["cgrpo"]["budget_grids"])
+    calibration_seeds = seeds if settings["cgrpo"]["calibrate_per_seed"] else 1
+    assert counts["calibrate"] == len(settings["cgrpo"]["budget_grids"]) * calibration_seeds
     assert ("checkpoint jobs" in result.stdout) == matched
     # A dry run writes only what planning records (cgrpo.pipeline.provenance): the config and every job's spec.
     folder = tmp_path / "results" / settings["experiment"]

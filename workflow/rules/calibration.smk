@@ -2,19 +2,19 @@ rule calibrate:
     input:
         base_model=base_model_record,
         splits="results/{exp}/splits/manifest.json",
-        spec=spec_file("results/{exp}/specs/calibrate/{grid}.json", calibrate_spec),
+        spec=spec_file("results/{exp}/specs/calibrate/{grid}/s{calseed}.json", calibrate_spec),
     output:
-        thresholds="results/{exp}/calibration/{grid}/thresholds.json",
+        thresholds="results/{exp}/calibration/{grid}/s{calseed}/thresholds.json",
         table=report(
-            "results/{exp}/calibration/{grid}/thresholds.csv",
+            "results/{exp}/calibration/{grid}/s{calseed}/thresholds.csv",
             caption="../report/initial_thresholds.rst",
             category="Calibration",
-            labels={"budget grid": "{grid}"},
+            labels={"budget grid": "{grid}", "seed": "{calseed}"},
         ),
     log:
-        "results/{exp}/logs/calibrate/{grid}.log",
+        "results/{exp}/logs/calibrate/{grid}/s{calseed}.log",
     benchmark:
-        "results/{exp}/benchmarks/calibrate/{grid}.tsv"
+        "results/{exp}/benchmarks/calibrate/{grid}/s{calseed}.tsv"
     # C-GRPO runs gate the compute-matched baselines, so their chain goes first.
     priority: 2
     conda:

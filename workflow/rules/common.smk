@@ -50,6 +50,7 @@ wildcard_constraints:
     grid=r"\d+(?:-\d+)*",
     delta=r"auto|[0-9.]+(?:e-?[0-9]+)?",
     recal=r"\d+",
+    calseed=r"\d+",
     run=methods.RUN_NAME_PATTERN,
 
 
@@ -222,16 +223,18 @@ def split_params(wildcards):
 
 
 def calibrate_spec(wildcards):
-    """Spec of cgrpo.pipeline.runs.calibrate_initial for the grid in the wildcards."""
+    """Spec of cgrpo.pipeline.runs.calibrate_initial for the grid and seed in the wildcards."""
     model = base_model_location(base_model_record(wildcards))
-    spec = specs.calibration_spec(config, wildcards.grid, model, splits_folder(wildcards))
+    spec = specs.calibration_spec(config, wildcards.grid, wildcards.calseed, model, splits_folder(wildcards))
     return provenance.canonical(spec.to_dict())
 
 
 def initial_calibration(wildcards):
-    """The initial calibration a run starts from: its grid's, for a method that has one."""
+    """The initial calibration a run starts from, for a method that has one: its grid's, drawn with its seed or with
+    the split seed (`cgrpo.calibrate_per_seed`)."""
     name = methods.parse_run_name(wildcards.run)
-    return f"results/{wildcards.exp}/calibration/{format_grid(name.budget_grid)}/thresholds.json"
+    seed = specs.calibration_seed(config, name.seed)
+    return f"results/{wildcards.exp}/calibration/{format_grid(name.budget_grid)}/s{seed}/thresholds.json"
 
 
 def train_spec(wildcards):

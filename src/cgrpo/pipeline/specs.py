@@ -7,7 +7,8 @@ The specs of training and evaluation runs, which depend on the method a run name
 
 The policy: every run is evaluated on the first budget grid (so that eval metrics compare across runs), savings are
 measured against GRPO at G = max(first grid), the initial calibration of a grid uses the split seed (one calibration
-serves every training seed), and a method's trainer options are `training` updated with `<method>.trainer`.
+serves every training seed) unless `cgrpo.calibrate_per_seed` draws one per seed, and a method's trainer options are
+`training` updated with `<method>.trainer`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "EvaluationSpec",
     "TrainSpec",
     "base_model_path",
+    "calibration_seed",
     "calibration_spec",
     "check_model_source",
     "evaluation_grid",
@@ -209,14 +211,20 @@ def evaluation_grid(config: Mapping[str, Any]) -> list[int]:
     return list(config["cgrpo"]["budget_grids"][0])
 
 
-def calibration_spec(config: Mapping[str, Any], grid: str, model: str, splits: str) -> CalibrationSpec:
-    """The initial calibration of the grid spelled `grid`; it uses the split seed, since it serves every seed."""
+def calibration_seed(config: Mapping[str, Any], run_seed: int) -> int:
+    """The seed of the initial calibration a run of seed `run_seed` starts from: its own with
+    `cgrpo.calibrate_per_seed`, else the split seed, the one calibration every seed shares."""
+    return int(run_seed) if config["cgrpo"]["calibrate_per_seed"] else int(config["splits"]["seed"])
+
+
+def calibration_spec(config: Mapping[str, Any], grid: str, seed: int, model: str, splits: str) -> CalibrationSpec:
+    """The initial calibration of the grid spelled `grid`, drawn with `seed` (see :func:`calibration_seed`)."""
     return CalibrationSpec(
         model=model,
         splits=splits,
         task=task_spec(config),
         budget_grid=parse_grid(grid),
-        seed=config["splits"]["seed"],
+        seed=int(seed),
         cgrpo=dict(config["cgrpo"]["options"]),
         trainer=method_trainer(config, "cgrpo"),
         peft=config["peft"],
