@@ -34,8 +34,9 @@ def merged_config(*configs: str) -> dict:
         ("with_dapo", ("overrides/long.yaml", "overrides/with_dapo.yaml")),
         ("one_step_generation", ("overrides/long.yaml", "overrides/one_step_generation.yaml")),
         ("smollm2_cpu", ("smollm2_cpu.yaml",)),
+        ("frontier", ("frontier.yaml",)),
     ],
-    ids=["default", "long", "with_dapo", "one_step_generation", "smollm2_cpu"],
+    ids=["default", "long", "with_dapo", "one_step_generation", "smollm2_cpu", "frontier"],
 )
 def test_reference_tables_match_their_config(folder, configs):
     config = merged_config(*configs)
@@ -54,3 +55,22 @@ def test_reference_tables_match_their_config(folder, configs):
     # Groups per run: the training prompts, max_steps x per-step batch / G, which the eval split does not change.
     prompts_per_step = training["per_device_train_batch_size"] // max(config["cgrpo"]["budget_grids"][0])
     assert set(runs["groups"]) == {training["max_steps"] * prompts_per_step}
+
+
+def test_the_training_frontier_has_its_seeds_settings_and_a_calibration_per_seed():
+    config = merged_config("frontier.yaml")
+    folder = REFERENCE / "frontier"
+    summary = pd.read_csv(folder / "summary.csv")
+    runs = summary[summary["method"] != "base"]
+    assert len(config["seeds"]) >= 5 and config["cgrpo"]["calibrate_per_seed"]
+    assert runs.groupby(["method", "setting"])["seed"].nunique().min() == len(config["seeds"])
+    assert runs[runs["method"] == "cgrpo"]["setting"].nunique() >= 3
+    assert set(runs[runs["method"] == "grpo"]["num_generations"]) == set(config["grpo"]["num_generations"])
+    assert len(config["grpo"]["num_generations"]) >= 3
+    # Each seed's calibration draws its own samples, so the initial thresholds differ between seeds.
+    calibrations = pd.read_csv(folder / "calibrations.csv")
+    initial = calibrations[(calibrations["step"] == 0) & calibrations["run"].str.contains("_dauto_")]
+    per_seed = initial.pivot_table(index="seed", columns="k", values="qhat")
+    assert len(per_seed) == len(config["seeds"]) and per_seed.drop_duplicates().shape[0] > 1
+    frontier = pd.read_csv(folder / "frontier_at_cgrpo.csv")
+    assert set(frontier["seeds"]) == {len(config["seeds"])}

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from cgrpo.pipeline import comparison, plots, reporting
 from cgrpo.pipeline.comparison import Resampling
@@ -314,13 +315,13 @@ def test_by_method_means_and_intervals_over_seeds_and_prompts(tables):
     # seeds' spread (0.40-0.45).
     assert low < row["greedy accuracy"] < high and 0.12 < high - low < 0.3
     assert row["rollouts per training prompt (incl. calibration)"] == pytest.approx(np.mean(ROLLOUTS["cgrpo"]))
-    # A cost has no prompts: its interval comes from the seeds alone, within their range.
+    # A cost has no prompts: Student's t over the seeds, which reaches past three seeds' range (a bootstrap would not).
     rollouts = "rollouts per training prompt (incl. calibration)"
+    half = stats.t.ppf(0.975, 2) * np.std(ROLLOUTS["cgrpo"], ddof=1) / math.sqrt(3)
+    assert row[f"{rollouts} 95% CI low"] == pytest.approx(np.mean(ROLLOUTS["cgrpo"]) - half)
+    assert row[f"{rollouts} 95% CI high"] == pytest.approx(np.mean(ROLLOUTS["cgrpo"]) + half)
     assert (
-        min(ROLLOUTS["cgrpo"])
-        <= row[f"{rollouts} 95% CI low"]
-        < row[f"{rollouts} 95% CI high"]
-        <= max(ROLLOUTS["cgrpo"])
+        row[f"{rollouts} 95% CI low"] < min(ROLLOUTS["cgrpo"]) < max(ROLLOUTS["cgrpo"]) < row[f"{rollouts} 95% CI high"]
     )
     assert row["time savings incl. calibration"] == pytest.approx(
         np.mean([1 - (104.0 + 3 * c + seed) / (100.0 + 96 + seed) for seed, c in enumerate(ROLLOUTS["cgrpo"])])
@@ -569,32 +570,33 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize(
-    ("function", "table"),
+    ("function", "table", "others"),
     [
-        (plots.plot_pareto, "summary"),
-        (plots.plot_training_curves, "steps"),
-        (plots.plot_thresholds, "calibrations"),
-        (plots.plot_coverage, "coverage"),
-        (plots.plot_delta_sweep, "delta_sweep"),
+        (plots.plot_pareto, "summary", ("by_method",)),
+        (plots.plot_training_curves, "steps", ()),
+        (plots.plot_thresholds, "calibrations", ()),
+        (plots.plot_coverage, "coverage", ()),
+        (plots.plot_delta_sweep, "delta_sweep", ()),
+        (plots.plot_frontier, "frontier", ("summary",)),
     ],
 )
-def test_plots_write_png(tables, tmp_path, function, table):
+def test_plots_write_png(tables, tmp_path, function, table, others):
     path = tmp_path / "figures" / f"{table}.png"
-    function(tables[table], path)
+    function(tables[table], *(tables[other] for other in others), path)
     assert path.read_bytes()[:8] == PNG_MAGIC and path.stat().st_size > 10_000
     empty = tmp_path / "empty.png"
-    function(tables[table].iloc[0:0], empty)
+    function(tables[table].iloc[0:0], *(tables[other] for other in others), empty)
     assert empty.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_plot_all_from_csv_round_trip(tables, tmp_path):
-    names = ("summary", "steps", "calibrations", "coverage", "delta_sweep")
+    names = ("summary", "by_method", "steps", "calibrations", "coverage", "delta_sweep", "frontier")
     for name in names:
         reporting.write_table(tables[name], tmp_path / f"{name}.csv")
     loaded = {name: pd.read_csv(tmp_path / f"{name}.csv") for name in names}
     paths = {
         name: tmp_path / f"{name}.png"
-        for name in ("pareto", "training_curves", "thresholds", "coverage", "delta_sweep")
+        for name in ("pareto", "training_curves", "thresholds", "coverage", "delta_sweep", "frontier")
     }
     plots.plot_all(loaded, paths)
     assert all(path.stat().st_size > 10_000 for path in paths.values())

@@ -146,8 +146,18 @@ def cgrpo_setting_records(wildcards):
     ]
 
 
-TABLES = ["summary", "by_method", "paired", "coverage", "coverage_splits", "conformal", "delta_sweep"]
-PLOTS = ["pareto", "training_curves", "thresholds", "coverage", "delta_sweep"]
+TABLES = [
+    "summary",
+    "by_method",
+    "paired",
+    "coverage",
+    "coverage_splits",
+    "conformal",
+    "delta_sweep",
+    "frontier",
+    "frontier_at_cgrpo",
+]
+PLOTS = ["pareto", "training_curves", "thresholds", "coverage", "delta_sweep", "frontier"]
 REPLAY_TABLES = ["replay", "replay_at_cgrpo"]
 
 

@@ -59,6 +59,20 @@ rule aggregate:
             labels={"table": "delta sweep"},
         ),
         delta_sweep_md="results/{exp}/tables/delta_sweep.md",
+        frontier=report(
+            "results/{exp}/tables/frontier.csv",
+            caption="../report/frontier_table.rst",
+            category="Tables",
+            labels={"table": "training frontier"},
+        ),
+        frontier_md="results/{exp}/tables/frontier.md",
+        frontier_at_cgrpo=report(
+            "results/{exp}/tables/frontier_at_cgrpo.csv",
+            caption="../report/frontier_at_cgrpo.rst",
+            category="Tables",
+            labels={"table": "training frontier at C-GRPO's cost"},
+        ),
+        frontier_at_cgrpo_md="results/{exp}/tables/frontier_at_cgrpo.md",
         steps="results/{exp}/tables/steps.csv",
         calibrations="results/{exp}/tables/calibrations.csv",
     log:
@@ -84,6 +98,8 @@ rule plots:
         calibrations="results/{exp}/tables/calibrations.csv",
         coverage="results/{exp}/tables/coverage.csv",
         delta_sweep="results/{exp}/tables/delta_sweep.csv",
+        by_method="results/{exp}/tables/by_method.csv",
+        frontier="results/{exp}/tables/frontier.csv",
     output:
         pareto=report(
             "results/{exp}/plots/pareto.png",
@@ -116,6 +132,12 @@ rule plots:
             caption="../report/delta_sweep.rst",
             category="Plots",
             labels={"figure": "C-GRPO against delta"},
+        ),
+        frontier=report(
+            "results/{exp}/plots/frontier.png",
+            caption="../report/frontier.rst",
+            category="Plots",
+            labels={"figure": "training frontier"},
         ),
     log:
         "results/{exp}/logs/plots.log",

@@ -1,10 +1,12 @@
 """Comparisons across runs: per method and setting (``by_method``), and C-GRPO against each baseline (``paired``).
 
-Every interval is a percentile bootstrap (:func:`cgrpo.pipeline.statistics.bootstrap_mean_ci`) that resamples the
-training seeds and, for an accuracy, the eval prompts as well: every run is evaluated on the same prompts, so a run's
-per-prompt accuracies (the eval record's ``per_prompt``) form one row of a seeds x prompts table. Costs have no
-prompts and resample seeds only. Paired differences subtract the baseline's table from C-GRPO's, seed by seed and
-prompt by prompt, before resampling. The base model, a single run, gets an interval from its prompts alone.
+An accuracy's interval is a percentile bootstrap (:func:`cgrpo.pipeline.statistics.bootstrap_mean_ci`) that
+resamples the training seeds and the eval prompts: every run is evaluated on the same prompts, so a run's per-prompt
+accuracies (the eval record's ``per_prompt``) form one row of a seeds x prompts table. A cost has no prompts, only one
+value per seed, and gets Student's t interval over the seeds (:func:`cgrpo.pipeline.statistics.t_mean_ci`): a
+bootstrap of three seeds would be their range. Paired differences subtract the baseline's values from C-GRPO's, seed
+by seed and prompt by prompt, before either (for a cost, the paired t interval). The base model, a single run, gets
+an interval from its prompts alone.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .methods import METHODS, method_label, method_order, setting_label
-from .statistics import bootstrap_mean_ci
+from .statistics import bootstrap_mean_ci, t_mean_ci
 
 __all__ = [
     "BY_METHOD_METRICS",
@@ -88,7 +90,10 @@ class Resampling:
         return pd.to_numeric(group[column], errors="coerce").to_numpy(dtype=float)
 
     def interval(self, table: np.ndarray, *labels: str) -> tuple[float, float, float]:
-        """Mean and interval of `table`, with a resampling stream of its own for each `labels`."""
+        """Mean and interval of `table`: t over seeds for one value per seed, else a bootstrap over seeds and prompts
+        with a resampling stream of its own for each `labels`."""
+        if np.ndim(table) == 1:
+            return t_mean_ci(table)
         stream = zlib.crc32("|".join(labels).encode())
         return bootstrap_mean_ci(table, self.resamples, [self.seed, stream])
 
@@ -113,7 +118,7 @@ def means_with_intervals(
 def by_method_table(
     summary: pd.DataFrame, resampling: Resampling, metrics: Mapping[str, str] = BY_METHOD_METRICS
 ) -> pd.DataFrame:
-    """Mean and 95% bootstrap interval of each metric, per method and setting (see the module's docstring).
+    """Mean and 95% interval of each metric, per method and setting (see the module's docstring).
 
     ``metrics`` maps summary columns to the plain-language column names used here; each gets a mean
     column and ``95% CI low`` / ``95% CI high`` columns.
@@ -159,7 +164,7 @@ def paired_table(
 
     Baselines of a C-GRPO setting are every setting of every other method, except compute-matched GRPO runs whose
     ``matched`` record (from :func:`cgrpo.pipeline.matching.match_group_size`) names another setting. Only seeds run
-    by both sides are paired. Each metric gets the mean difference and its 95% bootstrap interval.
+    by both sides are paired. Each metric gets the mean difference and its 95% interval (module docstring).
     """
     rows = []
     cgrpo = summary[summary["method"] == "cgrpo"]

@@ -8,11 +8,13 @@ evaluated model's eval JSON (see :func:`cgrpo.pipeline.evaluation.evaluate_model
 Tables:
 
 * ``summary``: one row per run (base model included) with its eval accuracy and its training cost;
-* ``by_method``: per method and setting, the mean and 95% bootstrap interval over seeds and eval prompts;
+* ``by_method``: per method and setting, the mean and 95% interval over seeds (and eval prompts, for an accuracy);
 * ``paired``: C-GRPO minus each baseline, seed by seed and prompt by prompt (`cgrpo.pipeline.comparison`);
 * ``coverage`` and ``conformal``: the per-budget coverage and the conformal dynamic-k results of every
   evaluated model; ``coverage_splits``: the spread of the per-budget coverage over repeated re-splits of its
   calibration and eval prompts, against split-conformal theory;
+* ``frontier`` and ``frontier_at_cgrpo``: sampled accuracy against cost per method and setting, and every method's
+  frontier at C-GRPO's cost (`cgrpo.pipeline.frontier`);
 * ``steps`` and ``calibrations``: long tables behind the training-curve and threshold plots.
 """
 
@@ -28,6 +30,7 @@ from typing import Any
 import pandas as pd
 
 from .comparison import CI_HIGH, CI_LOW, Resampling, by_method_table, means_with_intervals, paired_table
+from .frontier import frontier_at_cgrpo, frontier_points
 from .methods import method_order, setting_label
 from .specs import format_delta, parse_grid
 
@@ -259,7 +262,7 @@ def delta_sweep_table(
     """C-GRPO against its miscoverage level: one row per C-GRPO setting, in order of delta.
 
     ``delta`` is the setting's fixed delta, or for ``auto`` the mean of the deltas its training calibrations chose.
-    Each metric of :data:`SWEEP_METRICS` gets its mean and 95% bootstrap interval (`cgrpo.pipeline.comparison`); the coverage is the eval's
+    Each metric of :data:`SWEEP_METRICS` gets its mean and 95% interval (`cgrpo.pipeline.comparison`); the coverage is the eval's
     post-selection coverage at the run's own delta mode (empty when ``evaluation.deltas`` lacks that delta), next to
     the nominal ``1 - delta``.
     """
@@ -371,7 +374,7 @@ def build_tables(
     ``run.json`` shares its folder), ``evals`` the eval JSONs (``"base"`` included) and ``matched``
     the compute-matching records; ``resamples`` and ``seed`` drive the bootstrap of every interval. Returns the tables
     ``summary``, ``by_method``, ``paired``, ``coverage``, ``coverage_splits``, ``conformal``, ``delta_sweep``,
-    ``steps`` and ``calibrations``.
+    ``frontier``, ``frontier_at_cgrpo`` (`cgrpo.pipeline.frontier`), ``steps`` and ``calibrations``.
     """
     run_records = load_json(runs)
     folders = {Path(path).parent: record["run"] for path, record in zip(runs, run_records)}
@@ -393,6 +396,8 @@ def build_tables(
         "coverage_splits": coverage_splits_table(eval_records, summary),
         "conformal": conformal,
         "delta_sweep": delta_sweep_table(summary, conformal, calibrations, resampling),
+        "frontier": frontier_points(summary, resampling),
+        "frontier_at_cgrpo": frontier_at_cgrpo(summary, resampling),
         "steps": steps_table([r for r in run_records if r["run"] in step_logs], step_logs),
         "calibrations": calibrations,
     }

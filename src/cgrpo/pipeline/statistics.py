@@ -1,4 +1,5 @@
-"""Confidence intervals: exact binomial for a coverage, a bootstrap over seeds and prompts for the comparison tables."""
+"""Confidence intervals: exact binomial for a coverage, a bootstrap over seeds and prompts for an accuracy, and
+Student's t over seeds for a cost (one value per seed, where a percentile bootstrap of three seeds is their range)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,34 @@ from scipy import stats
 
 from .checks import is_integer
 
-__all__ = ["binomial_ci", "bootstrap_mean_ci"]
+__all__ = ["binomial_ci", "bootstrap_mean_ci", "t_mean_ci"]
 
 
 def binomial_ci(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Exact (Clopper-Pearson) interval of a proportion ``successes / n``."""
     ci = stats.binomtest(successes, n).proportion_ci(confidence_level=confidence, method="exact")
     return float(ci.low), float(ci.high)
+
+
+def t_mean_ci(values: np.ndarray | Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """Mean of one value per seed and its Student t interval ``(mean, lo, hi)``: mean -+ t(n - 1) x sd / sqrt(n).
+
+    A percentile bootstrap of a handful of seeds cannot reach past their smallest and largest value; the t interval
+    widens with fewer seeds as it should. Of a paired difference's per-seed values it is the paired t interval. With
+    a single value the interval is undefined, ``(value, nan, nan)``.
+    """
+    sample = np.asarray(values, dtype=float)
+    if sample.ndim != 1 or sample.size == 0:
+        raise ValueError("values must be a non-empty list of one value per seed.")
+    if not np.all(np.isfinite(sample)):
+        raise ValueError("values contains NaN or inf; drop failed seeds before aggregating.")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}; pass e.g. 0.95.")
+    mean = float(sample.mean())
+    if sample.size == 1:
+        return mean, math.nan, math.nan
+    half = stats.t.ppf((1.0 + confidence) / 2.0, sample.size - 1) * sample.std(ddof=1) / math.sqrt(sample.size)
+    return mean, mean - float(half), mean + float(half)
 
 
 def bootstrap_mean_ci(
