@@ -29,7 +29,7 @@ def _experiment(points: dict[tuple[str, str], tuple[list[float], list[float]]]) 
     for (method, setting), (rollouts, accuracies) in points.items():
         for seed, (cost, accuracy) in enumerate(zip(rollouts, accuracies)):
             run = f"{method}_{setting}_s{seed}"
-            calibration = 10.0 if method == "cgrpo" else 0.0
+            calibration = 2.0 if method == "cgrpo" else 0.0
             rows.append(
                 {
                     "run": run,
@@ -69,8 +69,8 @@ def test_points_report_costs_apart_and_accuracy_with_intervals():
     assert list(points.index) == ["delta auto", "G=4", "G=16", "G=32"]
     row = points.loc["delta auto"]
     assert row["seeds"] == 5 and row[ROLLOUTS] == pytest.approx(18.0)
-    assert row["training rollouts per prompt"] == pytest.approx(8.0)
-    assert row["calibration rollouts per prompt"] == pytest.approx(10.0)
+    assert row[COSTS["train_mean_k"]] == pytest.approx(16.0)
+    assert row["calibration rollouts per prompt"] == pytest.approx(2.0)
     accuracy = "sampled accuracy (mean@k)"
     assert row[accuracy] == pytest.approx(0.6)
     assert row[f"{accuracy} 95% CI low"] < 0.6 < row[f"{accuracy} 95% CI high"]
@@ -95,6 +95,12 @@ def test_each_method_is_interpolated_in_log_cost_at_cgrpo_and_never_extrapolated
     # The CPU-time frontier of the same runs: the same interpolation, since CPU time is proportional to rollouts here.
     cpu = table[table["cost"] == COSTS["total_cpu_s"]].set_index("C-GRPO setting")
     assert cpu.loc["cheap", "difference"] == pytest.approx(0.05)
+    # Without its 2 calibration rollouts per prompt, the cheap setting trains on 6 per prompt, log2(6) along the way from
+    # G = 4 to G = 16; the dear one on 62, still beyond G = 32.
+    training = table[table["cost"] == COSTS["train_mean_k"]].set_index("C-GRPO setting")
+    at_six = 0.5 + 0.2 * (math.log2(6) - 2) / 2
+    assert training.loc["cheap", "sampled accuracy at C-GRPO's cost"] == pytest.approx(at_six)
+    assert math.isnan(training.loc["dear", "difference"])
 
 
 def test_the_difference_is_paired_by_seed_and_prompt():

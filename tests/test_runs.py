@@ -94,6 +94,40 @@ def test_cgrpo_with_drop_unanimous_counts_its_rollouts_per_prompt_trained_on():
     assert setting_label(record) == "grid 2-8, delta auto, recal 0, drop unanimous"
 
 
+def test_a_rule_that_calibrates_in_the_trainer_counts_its_calibration():
+    # The signal rule has no initial calibration of the pipeline's; it fits itself when training starts, inside `train`.
+    totals = {"train_rollouts": 40, "train_tokens": 400, "groups": 10, "generation_s": 1.5}
+    fit = {"step": 0, "delta": 0.1, "lambda": {"2": 0.5}, "rollouts": 64, "tokens": 640, "wall_s": 0.5}
+    trainer = SimpleNamespace(
+        generation_totals=totals,
+        calibration_history=[fit],
+        budget_histogram=Counter({2: 8, 8: 2}),
+        args=SimpleNamespace(num_generations=8, steps_per_generation=1, stopping_rule="signal", stop_share=0.75),
+        stopping_rule=SimpleNamespace(setting=lambda: 0.1),
+        state=SimpleNamespace(global_step=5),
+    )
+    spec = TrainSpec(
+        run="signal_s0_g2-8_t0.1",
+        method="signal",
+        model="m",
+        splits="s",
+        task={},
+        seed=0,
+        trainer={},
+        peft=None,
+        reference_budget=8,
+        budget_grid=[2, 8],
+    )
+    record = _run_record(spec, trainer, wall=3.0, cpu=2.5, initial=None)
+    assert record["calibration_rollouts_generated"] == 64 and record["calibration_tokens_generated"] == 640
+    assert record["rollouts_per_prompt"] == pytest.approx((40 + 64) / 10)
+    assert record["train_rollout_savings_with_calibration"] == pytest.approx(1 - (40 + 64) / 80)
+    # Its seconds are inside training's: counted once, and not as the policy update's.
+    assert record["total_wall_s"] == 3.0 and record["total_cpu_s"] == 2.5 and record["calibration_wall_s"] == 0.5
+    assert record["update_wall_s"] == pytest.approx(3.0 - 1.5 - 0.5)
+    assert record["delta"] is None and record["stop_setting"] == 0.1
+
+
 def test_the_configs_dynamic_sampling_options_reach_the_trainers(tiny_model_dir, tmp_path):
     config = yaml.safe_load((REPO / "config" / "cgrpo_drop.yaml").read_text())
     config["cgrpo"]["options"]["max_sampling_rounds"] = 2

@@ -1,8 +1,8 @@
 """The training frontier: sampled accuracy against cost, per method, and every method at C-GRPO's cost.
 
 A method's settings (C-GRPO's deltas, a stopping rule's settings, GRPO's group sizes) trace its frontier: the mean
-sampled accuracy (mean@k) of its runs against their mean cost, in rollouts per training prompt (calibration included)
-or in CPU seconds (training and calibration). :func:`frontier_points` lists the points; :func:`frontier_at_cgrpo`
+sampled accuracy (mean@k) of its runs against their mean cost, in rollouts per training prompt (calibration included
+or not) or in CPU seconds (training and calibration). :func:`frontier_points` lists the points; :func:`frontier_at_cgrpo`
 interpolates every other method's frontier at each C-GRPO setting's cost and subtracts C-GRPO's accuracy there.
 
 Interpolation is linear in log2 of the cost (group sizes double along the grid) and never extrapolates: a C-GRPO cost
@@ -26,16 +26,18 @@ from .methods import method_label
 
 __all__ = ["COSTS", "frontier_at_cgrpo", "frontier_points"]
 
-# summary column -> plain-language name of the two costs a frontier is drawn against.
+# summary column -> plain-language name of the costs a frontier is drawn against. Training's rollouts alone say what a
+# method's stopping costs once its calibration is amortized (a longer run, or a calibration shared between runs).
 COSTS = {
     "rollouts_per_prompt": "rollouts per training prompt (incl. calibration)",
+    "train_mean_k": "training rollouts per prompt (calibration excluded)",
     "total_cpu_s": "CPU time (s, training + calibration)",
 }
 ACCURACY = "eval_mean_at_k"
 
 # The point table's columns: its costs apart (training, calibration), both frontier costs and the accuracy.
 POINT_METRICS = {
-    "train_mean_k": "training rollouts per prompt",
+    "train_mean_k": COSTS["train_mean_k"],
     "rollouts_per_prompt": COSTS["rollouts_per_prompt"],
     "total_cpu_s": COSTS["total_cpu_s"],
     "total_wall_s": "wall clock (s, training + calibration)",
@@ -55,7 +57,7 @@ def frontier_points(summary: pd.DataFrame, resampling: Resampling) -> pd.DataFra
     for (method, setting), group in _trained(summary).groupby(["method", "setting"], sort=False):
         row = {"method": method, "label": method_label(method), "setting": setting, "seeds": len(group)}
         row.update(means_with_intervals(group, POINT_METRICS, resampling, f"frontier {method} {setting}"))
-        row["calibration rollouts per prompt"] = row[COSTS["rollouts_per_prompt"]] - row["training rollouts per prompt"]
+        row["calibration rollouts per prompt"] = row[COSTS["rollouts_per_prompt"]] - row[COSTS["train_mean_k"]]
         rows.append(row)
     return pd.DataFrame(rows)
 

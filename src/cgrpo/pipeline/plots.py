@@ -134,14 +134,15 @@ def plot_pareto(summary: pd.DataFrame, by_method: pd.DataFrame, path: str | Path
 
 def plot_frontier(frontier: pd.DataFrame, summary: pd.DataFrame, path: str | Path) -> None:
     """The training frontier (`tables/frontier`): sampled accuracy against rollouts per training prompt (calibration
-    included) and against CPU seconds, one line per method through its settings, with 95% intervals on both axes."""
+    included, then excluded) and against CPU seconds, one line per method through its settings, with 95% intervals on
+    both axes."""
     if frontier.empty:
         _empty(path, "Training frontier", "no trained runs")
         return
     accuracy = POINT_METRICS["eval_mean_at_k"]
     colors = _colors(list(frontier["label"]))
     base = summary.loc[summary["method"] == "base", "eval_mean_at_k"]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+    fig, axes = plt.subplots(1, len(COSTS), figsize=(6 * len(COSTS), 4.8), sharey=True)
     for ax, cost in zip(axes, COSTS.values()):
         for (method, label), part in frontier.groupby(["method", "label"], sort=False):
             part = part.sort_values(cost)
@@ -163,7 +164,7 @@ def plot_frontier(frontier: pd.DataFrame, summary: pd.DataFrame, path: str | Pat
         ax.set_xlabel(cost)
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel(f"eval {accuracy}")
-    axes[1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    axes[-1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.suptitle("Training frontier: mean over seeds and 95% intervals, one line per method through its settings")
     _save(fig, path)
 

@@ -168,7 +168,7 @@ def _steps_table(log_history: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _run_record(spec: TrainSpec, trainer, wall: float, cpu: float, initial: dict | None) -> dict[str, Any]:
-    # C-GRPO and its calibration-free ablations sample along a grid; only C-GRPO calibrates.
+    # C-GRPO and its ablations sample along a grid; C-GRPO starts from the pipeline's initial calibration.
     budgeted, calibrated = spec.budget_grid is not None, initial is not None
     width = trainer.args.num_generations
     reference = int(spec.reference_budget)
@@ -181,16 +181,19 @@ def _run_record(spec: TrainSpec, trainer, wall: float, cpu: float, initial: dict
     lockstep = int(totals.get("lockstep_rollouts", 0))
     rollouts, tokens = int(totals["train_rollouts"]) + lockstep, int(totals["train_tokens"])
     groups = int(totals["groups"]) if budgeted else rollouts // width
-    calibrations = [_initial_record(initial, spec.delta), *trainer.calibration_history] if calibrated else []
+    # Every calibration is a cost: C-GRPO's initial one (its own rule, before `train`), and those the trainer ran, C-GRPO's
+    # recalibrations or a calibrated stopping rule's own (the signal rule fits itself when training starts).
+    initial_records = [_initial_record(initial, spec.delta)] if calibrated else []
+    calibrations = [*initial_records, *trainer.calibration_history] if budgeted else []
     if dynamic is not None:
         # Per trained prompt: the groups dynamic sampling dropped were generated for the ones it trained on.
         groups = int(dynamic["groups_kept"] + dynamic["groups_zero_variance_trained"])
     calibration_rollouts = sum(c["rollouts"] for c in calibrations)
     calibration_wall = sum(c["wall_s"] for c in calibrations)
-    in_run_calibration = sum(c["wall_s"] for c in calibrations[1:])
+    in_run_calibration = sum(c["wall_s"] for c in calibrations[len(initial_records) :])
     # The pipeline's initial calibration runs in its own rule, before `train`: it is part of the run's cost.
-    initial_calibration = calibrations[0]["wall_s"] if calibrations else 0.0
-    initial_calibration_cpu = calibrations[0]["cpu_s"] if calibrations else 0.0
+    initial_calibration = sum(c["wall_s"] for c in initial_records)
+    initial_calibration_cpu = sum(c["cpu_s"] for c in initial_records)
     return {
         "run": spec.run,
         "method": spec.method,
