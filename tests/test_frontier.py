@@ -80,7 +80,13 @@ def test_each_method_is_interpolated_in_log_cost_at_cgrpo_and_never_extrapolated
     # C-GRPO at 8 rollouts sits halfway between G = 4 and G = 16 in log2: GRPO's frontier gives (0.5 + 0.7) / 2 there.
     # At 64 rollouts it lies beyond G = 32, where nothing is extrapolated.
     summary, resampling = _experiment(
-        {("cgrpo", "cheap"): ([8.0] * 5, [0.55] * 5), ("cgrpo", "dear"): ([64.0] * 5, [0.8] * 5), **GRPO}
+        {
+            ("cgrpo", "cheap"): ([8.0] * 5, [0.55] * 5),
+            ("cgrpo", "dear"): ([64.0] * 5, [0.8] * 5),
+            # Just past G = 32 on average, below it in some resamples of the seeds.
+            ("cgrpo", "edge"): ([30.0, 31.0, 33.0, 34.0, 36.0], [0.7] * 5),
+            **GRPO,
+        }
     )
     table = frontier_at_cgrpo(summary, resampling)
     rows = table[table["cost"] == ROLLOUTS].set_index("C-GRPO setting")
@@ -92,6 +98,9 @@ def test_each_method_is_interpolated_in_log_cost_at_cgrpo_and_never_extrapolated
     assert cheap["resamples within range"] == 1.0
     dear = rows.loc["dear"]
     assert math.isnan(dear["difference"]) and dear["resamples within range"] == 0.0
+    edge = rows.loc["edge"]
+    assert math.isnan(edge["difference"]) and 0.0 < edge["resamples within range"] < 1.0
+    assert math.isnan(edge["difference 95% CI low"]) and math.isnan(edge["difference 95% CI high"])
     # The CPU-time frontier of the same runs: the same interpolation, since CPU time is proportional to rollouts here.
     cpu = table[table["cost"] == COSTS["total_cpu_s"]].set_index("C-GRPO setting")
     assert cpu.loc["cheap", "difference"] == pytest.approx(0.05)

@@ -10,7 +10,7 @@ outside a method's range leaves its row empty. The interval of a difference is a
 resample draws the training seeds and the eval prompts once, for every run of every method alike (every run is
 evaluated on the same prompts, every method trained on the same seeds), and recomputes both frontiers and the
 interpolation; resamples whose C-GRPO cost falls outside the method's resampled range are left out, and their share
-is reported.
+is reported. A cost outside the observed range gets neither a difference nor an interval.
 """
 
 from __future__ import annotations
@@ -135,7 +135,9 @@ def frontier_at_cgrpo(summary: pd.DataFrame, resampling: Resampling, confidence:
                 )
                 difference = curve - treated[ACCURACY]
                 inside = difference[1:][np.isfinite(difference[1:])]
-                low, high = np.quantile(inside, [alpha, 1.0 - alpha]) if inside.size else (math.nan, math.nan)
+                # Outside the observed range there is no estimate, so no interval either, whatever a few resamples say.
+                defined = math.isfinite(difference[0]) and inside.size
+                low, high = np.quantile(inside, [alpha, 1.0 - alpha]) if defined else (math.nan, math.nan)
                 rows.append(
                     {
                         "C-GRPO setting": setting,
