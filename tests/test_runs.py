@@ -46,9 +46,15 @@ def _cgrpo_record(dynamic_totals: dict | None = None) -> dict:
         "cpu_s": 0.75,
         "holdout": {"coverage": {"2": 1.0, "8": 0.75}, "n": 4},
     }
-    spec = TrainSpec(
-        run="cgrpo_s0_g2-8_dauto_r0",
-        method="cgrpo",
+    spec = _grid_spec("cgrpo_s0_g2-8_dauto_r0", "cgrpo", delta="auto", recalibrate_every=0)
+    return _run_record(spec, trainer, wall=3.0, cpu=2.5, initial=initial)
+
+
+def _grid_spec(run: str, method: str, **fields) -> TrainSpec:
+    """The spec of a run `run` of `method` sampling along the grid [2, 8], seed 0."""
+    return TrainSpec(
+        run=run,
+        method=method,
         model="m",
         splits="s",
         task={},
@@ -57,10 +63,8 @@ def _cgrpo_record(dynamic_totals: dict | None = None) -> dict:
         peft=None,
         reference_budget=8,
         budget_grid=[2, 8],
-        delta="auto",
-        recalibrate_every=0,
+        **fields,
     )
-    return _run_record(spec, trainer, wall=3.0, cpu=2.5, initial=initial)
 
 
 def test_cgrpo_costs_count_the_lockstep_rows_and_report_them_apart():
@@ -106,19 +110,7 @@ def test_a_rule_that_calibrates_in_the_trainer_counts_its_calibration():
         stopping_rule=SimpleNamespace(setting=lambda: 0.1),
         state=SimpleNamespace(global_step=5),
     )
-    spec = TrainSpec(
-        run="signal_s0_g2-8_t0.1",
-        method="signal",
-        model="m",
-        splits="s",
-        task={},
-        seed=0,
-        trainer={},
-        peft=None,
-        reference_budget=8,
-        budget_grid=[2, 8],
-    )
-    record = _run_record(spec, trainer, wall=3.0, cpu=2.5, initial=None)
+    record = _run_record(_grid_spec("signal_s0_g2-8_t0.1", "signal"), trainer, wall=3.0, cpu=2.5, initial=None)
     assert record["calibration_rollouts_generated"] == 64 and record["calibration_tokens_generated"] == 640
     assert record["rollouts_per_prompt"] == pytest.approx((40 + 64) / 10)
     assert record["train_rollout_savings_with_calibration"] == pytest.approx(1 - (40 + 64) / 80)
