@@ -347,6 +347,13 @@ def test_task_options_the_factory_refuses():
         planned(with_change("task.options.answer_fmt", "hash"))
 
 
+def test_more_worked_examples_than_the_generated_pool_has():
+    config = with_change("task.options.num_examples", 3)
+    config["task"]["options"]["worked_examples"] = 4
+    with pytest.raises(ConfigError, match="task.options.worked_examples: .* fewer than worked_examples 4"):
+        planned(config)
+
+
 def test_model_path_that_does_not_exist(tmp_path):
     config = with_change("base_model", {"bootstrap": False, "path": str(tmp_path / "no-model")})
     with pytest.raises(

@@ -126,6 +126,8 @@ def test_each_sampling_purpose_and_run_seed_has_its_own_stream(tiny_model_dir, t
     (first, record), (again, record_again), (other_seed, _) = runs
     # Same spec, same samples and metrics.
     assert again == first and record_again == record
+    # The record says what prompts showed besides their questions: nothing, at the task's defaults.
+    assert record["prompt"] == {"chat": False, "system_prompt": None, "worked_examples": []}
     # The per-prompt outcomes behind the intervals average to the record's accuracies.
     for column, key in [
         ("eval_greedy_acc", "eval_greedy_acc"),

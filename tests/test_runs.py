@@ -57,7 +57,7 @@ def _grid_spec(run: str, method: str, **fields) -> TrainSpec:
         method=method,
         model="m",
         splits="s",
-        task={},
+        task={"name": "arithmetic", "options": {"num_examples": 10, "chat": True, "worked_examples": 1}},
         seed=0,
         trainer={},
         peft=None,
@@ -78,6 +78,13 @@ def test_cgrpo_costs_count_the_lockstep_rows_and_report_them_apart():
     # The automatic thresholds' held-out coverage, measured by the calibrate rule, stays with the initial calibration.
     assert record["calibrations"][0]["holdout"] == {"coverage": {"2": 1.0, "8": 0.75}, "n": 4}
     assert record["groups"] == 10 and record["drop_unanimous"] is False and record["dynamic"] is None
+    # What every prompt showed besides its question.
+    shown = get_task("arithmetic", num_examples=10, worked_examples=1).examples
+    assert record["prompt"] == {
+        "chat": True,
+        "system_prompt": None,
+        "worked_examples": [{"question": shown[0][0], "answer": shown[0][1]}],
+    }
 
 
 def test_cgrpo_with_drop_unanimous_counts_its_rollouts_per_prompt_trained_on():

@@ -187,6 +187,51 @@ def test_chat_prompts_are_conversations():
     assert prompt[0]["role"] == "user" and "#### <answer>" in prompt[0]["content"]
 
 
+def test_worked_examples_come_first_and_leave_every_split():
+    plain = get_task("arithmetic", num_examples=40, chat=True)
+    task = get_task("arithmetic", num_examples=40, chat=True, system_prompt="Solve it.", worked_examples=2)
+    shown = [question for question, _ in task.examples]
+    assert shown == list(dict.fromkeys(plain.load()["question"]))[:2]
+    pool = task.load()["question"]
+    assert not set(shown) & set(pool) and len(pool) == len(plain.load()) - sum(
+        q in shown for q in plain.load()["question"]
+    )
+    prompt = task.format_prompt("Q?")
+    assert [turn["role"] for turn in prompt] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert prompt[0]["content"] == "Solve it." and prompt[-1]["content"].startswith("Q?\n")
+    assert [turn["content"] for turn in prompt[2:5:2]] == [answer for _, answer in task.examples]
+    assert task.prompt_record()["worked_examples"][0] == {"question": shown[0], "answer": task.examples[0][1]}
+
+
+def test_worked_examples_in_plain_prompts_end_with_the_question():
+    task = get_task("arithmetic", num_examples=20, system_prompt="Solve it.", worked_examples=1)
+    (question, answer), prompt = task.examples[0], task.format_prompt("Q?")
+    assert prompt == f"Solve it.\n\nQuestion: {question}\nEnd with '#### <answer>'.\nAnswer: {answer}\n\n" + (
+        "Question: Q?\nEnd with '#### <answer>'.\nAnswer: "
+    )
+    assert (
+        get_task("arithmetic", num_examples=20).format_prompt("Q?")
+        == "Question: Q?\nEnd with '#### <answer>'.\nAnswer: "
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"worked_examples": -1}, "worked_examples is -1"),
+        ({"system_prompt": " "}, "system_prompt is empty"),
+    ],
+)
+def test_prompt_options_are_checked(options, message):
+    with pytest.raises(ValueError, match=message):
+        get_task("arithmetic", num_examples=3, **options)
+
+
+def test_more_worked_examples_than_questions_is_an_error():
+    with pytest.raises(ValueError, match="fewer than worked_examples 4; lower worked_examples"):
+        get_task("arithmetic", num_examples=3, worked_examples=4).load()
+
+
 def test_rewards_accept_strings_and_conversational_completions():
     correctness, formatting = get_task("gsm8k").reward_funcs
     texts = ["3+4=7 #### 7", "#### 8", "I think 7"]

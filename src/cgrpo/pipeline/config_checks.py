@@ -146,6 +146,12 @@ def check_task(config: Mapping[str, Any]) -> None:
             "(split 'train') and has no other split: leave splits.eval_source_split unset (null) to carve the eval "
             "set from that pool."
         )
+    if task.source is None:
+        # A generated pool costs nothing to build: one with too few questions for the worked examples stops the plan.
+        try:
+            task.prompt_record()
+        except ValueError as error:
+            raise ConfigError(f"config key task.options.worked_examples: {error}") from None
     try:
         check_task_score(task, config["cgrpo"]["options"]["score"])
     except ValueError as error:

@@ -90,6 +90,7 @@ def evaluate_model(spec: EvaluationSpec | dict[str, Any], out_path: str | Path) 
         conformal_metrics(eval_answers, eval_golds, calibration_answers, calibration_golds, settings, spec.seed)
     )
     record["pools"] = sample_pools(calibration_answers, calibration_golds, eval_answers, eval_golds)
+    record["prompt"] = task.prompt_record()
     _write_record(record, start, out_path)
 
 

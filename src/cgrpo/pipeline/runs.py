@@ -237,6 +237,8 @@ def _run_record(spec: TrainSpec, trainer, wall: float, cpu: float, initial: dict
         "calibrations": calibrations,
         # Dynamic sampling: every group sampled counts above; what it kept, dropped and how many rounds it took.
         "dynamic": None if dynamic is None else dict(dynamic),
+        # The system message and worked examples every prompt showed, as trained on.
+        "prompt": trainers.task_of(spec).prompt_record(),
     }
 
 

@@ -33,7 +33,7 @@ def ablation_trainer(spec: TrainSpec, output_dir: Path, initial: None = None):
     from ..trainer import CGRPOTrainer
 
     torch.manual_seed(spec.seed)
-    task = _task(spec)
+    task = task_of(spec)
     args = CGRPOConfig(budget_grid=list(spec.budget_grid), **spec.cgrpo, **_trainer_options(spec, output_dir))
     return CGRPOTrainer(
         model=spec.model,
@@ -55,7 +55,7 @@ def calibration_trainer(spec: CalibrationSpec, output_dir: Path):
 def grpo_trainer(spec: TrainSpec, output_dir: Path, initial: None = None) -> TimedGRPOTrainer:
     """A fixed-group GRPO run's trainer, at G = `spec.num_generations`."""
     torch.manual_seed(spec.seed)
-    task = _task(spec)
+    task = task_of(spec)
     args = GRPOConfig(num_generations=int(spec.num_generations), **_trainer_options(spec, output_dir))
     return TimedGRPOTrainer(
         **_policy(spec),
@@ -71,7 +71,7 @@ def dapo_trainer(spec: TrainSpec, output_dir: Path, initial: None = None):
     from ..dynamic_sampling import DynamicSamplingConfig, DynamicSamplingGRPOTrainer
 
     torch.manual_seed(spec.seed)
-    task = _task(spec)
+    task = task_of(spec)
     options = {**spec.dynamic, "filter_metric": _reward_name(task, spec.dynamic["filter_metric"])}
     args = DynamicSamplingConfig(
         num_generations=int(spec.num_generations), **options, **_trainer_options(spec, output_dir)
@@ -89,7 +89,7 @@ def _cgrpo_trainer(spec: Spec, output_dir: Path, delta, recalibrate_every: int, 
     from ..trainer import CGRPOTrainer
 
     torch.manual_seed(spec.seed)
-    task = _task(spec)
+    task = task_of(spec)
     args = CGRPOConfig(
         budget_grid=list(spec.budget_grid),
         conformal_delta=None if delta == "auto" else float(delta),
@@ -134,7 +134,8 @@ def _reward_name(task, metric: str) -> str | None:
     return getattr(first, "func", first).__name__
 
 
-def _task(spec: Spec):
+def task_of(spec: Spec):
+    """The task of a job's spec, built from its name and options."""
     return get_task(spec.task["name"], **spec.task["options"])
 
 

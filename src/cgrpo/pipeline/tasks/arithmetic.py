@@ -104,8 +104,11 @@ def arithmetic_task(
     chat: bool = False,
     ops_weights: Sequence[float] = POOL_OPS_WEIGHTS,
     size_weights: Sequence[float] = SIZE_WEIGHTS,
+    system_prompt: str | None = None,
+    worked_examples: int = 0,
 ) -> Task:
-    """The GSM8K task with a loader that generates ``num_examples`` problems from ``seed``."""
+    """The GSM8K task with a loader that generates ``num_examples`` problems from ``seed``; ``system_prompt`` and
+    ``worked_examples`` as in :class:`Task`."""
     loader = partial(
         generated_pool,
         generate=generate_problems,
@@ -116,4 +119,11 @@ def arithmetic_task(
         ops_weights=tuple(ops_weights),
         size_weights=tuple(size_weights),
     )
-    return Task(name="arithmetic", loader=loader, answer_format=answer_format, chat=chat)
+    return Task(
+        name="arithmetic",
+        loader=loader,
+        answer_format=answer_format,
+        chat=chat,
+        system_prompt=system_prompt,
+        worked_examples=worked_examples,
+    )

@@ -26,9 +26,25 @@ def load_hub(source: str = HUB_ID, split: str = "train", config: str = HUB_CONFI
     return load_dataset(source, config, split=split)
 
 
-def gsm8k_task(source: str = HUB_ID, *, answer_format: str = "hash", chat: bool = False) -> Task:
-    """GSM8K from a Hub id or a local file path (see :func:`load_local` for the file formats)."""
+def gsm8k_task(
+    source: str = HUB_ID,
+    *,
+    answer_format: str = "hash",
+    chat: bool = False,
+    system_prompt: str | None = None,
+    worked_examples: int = 0,
+) -> Task:
+    """GSM8K from a Hub id or a local file path (see :func:`load_local` for the file formats); ``system_prompt`` and
+    ``worked_examples`` as in :class:`Task`."""
     local = Path(source).suffix in _LOCAL_BUILDERS
     loader = partial(load_local, source) if local else partial(load_hub, source)
     data = DataSource(source, local, tuple((column,) for column in REQUIRED_COLUMNS), "GSM8K")
-    return Task(name="gsm8k", loader=loader, answer_format=answer_format, chat=chat, source=data)
+    return Task(
+        name="gsm8k",
+        loader=loader,
+        answer_format=answer_format,
+        chat=chat,
+        source=data,
+        system_prompt=system_prompt,
+        worked_examples=worked_examples,
+    )
