@@ -74,3 +74,21 @@ def test_the_training_frontier_has_its_seeds_settings_and_a_calibration_per_seed
     assert len(per_seed) == len(config["seeds"]) and per_seed.drop_duplicates().shape[0] > 1
     frontier = pd.read_csv(folder / "frontier_at_cgrpo.csv")
     assert set(frontier["seeds"]) == {len(config["seeds"])}
+
+
+def _differences(expected, recorded, path: str = "") -> list[str]:
+    """Keys of `expected` whose value `recorded` does not hold; `recorded` may add the schema's defaults."""
+    if isinstance(expected, dict) and isinstance(recorded, dict):
+        return [
+            difference
+            for key in expected
+            for difference in _differences(expected[key], recorded.get(key, "<missing>"), f"{path}.{key}")
+        ]
+    return [] if expected == recorded else [f"{path}: config {expected!r}, reference run {recorded!r}"]
+
+
+@pytest.mark.parametrize(("folder", "configs"), [("smollm2_cpu", ("smollm2_cpu.yaml",))], ids=["smollm2_cpu"])
+def test_a_reference_run_recorded_with_its_resolved_config_ran_the_configs_settings(folder, configs):
+    # The run's own record of its config (results/<experiment>/config.yaml): prompts, sizes and options alike.
+    recorded = yaml.safe_load((REFERENCE / folder / "config.yaml").read_text())
+    assert _differences(merged_config(*configs), recorded) == []
