@@ -257,6 +257,17 @@ def test_gsm8k_loads_local_files(tmp_path, suffix):
     assert data[0]["prompt"].startswith("Question: Natalia") and data[0]["prompt"].endswith("Answer: ")
 
 
+def test_gsm8k_worked_examples_come_from_train_and_leave_the_test_split_too(tmp_path):
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in GSM8K_ROWS))
+    # The same question in the test split, differently spaced and cased, is still one the prompt shows solved.
+    shown_again = {**GSM8K_ROWS[0], "question": GSM8K_ROWS[0]["question"].upper().replace(" ", "  ")}
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(row) + "\n" for row in (shown_again, GSM8K_ROWS[1])))
+    task = get_task("gsm8k", source=str(tmp_path / "{split}.jsonl"), worked_examples=1)
+    assert task.examples == ((GSM8K_ROWS[0]["question"], GSM8K_ROWS[0]["answer"]),)
+    assert task.load("test")["question"] == [GSM8K_ROWS[1]["question"]]
+    assert task.load("train")["question"] == [GSM8K_ROWS[1]["question"]]
+
+
 def test_gsm8k_local_split_placeholder_and_errors(tmp_path):
     (tmp_path / "test.jsonl").write_text(json.dumps(GSM8K_ROWS[0]) + "\n")
     assert get_task("gsm8k", source=str(tmp_path / "{split}.jsonl")).load("test").num_rows == 1
