@@ -30,13 +30,14 @@ class ManifestMismatchError(ValueError):
     """A split file no longer matches the manifest written with it."""
 
 
-def _normalize_text(text: str) -> str:
+def normalize_text(text: str) -> str:
+    """`text` NFKC-normalised, case-folded and whitespace-collapsed: what two copies of one example share."""
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
 def content_hash(example: Mapping[str, str]) -> str:
     """SHA-256 of the normalised (NFKC, case-folded, whitespace-collapsed) question and answer."""
-    text = _normalize_text(example["question"]) + "\n" + _normalize_text(example["answer"])
+    text = normalize_text(example["question"]) + "\n" + normalize_text(example["answer"])
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

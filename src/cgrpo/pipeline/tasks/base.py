@@ -8,6 +8,7 @@ from functools import cached_property
 
 from datasets import Dataset
 
+from ..splits import normalize_text
 from .answers import check_answer_format, extract_answer, parse_gold
 from .files import DataSource
 from .rewards import math_reward_funcs
@@ -19,10 +20,6 @@ _INSTRUCTIONS = {
     "boxed": "End with '\\boxed{<answer>}'.",
 }
 REQUIRED_COLUMNS = ("question", "answer")
-
-
-def _normalize(question: str) -> str:
-    return " ".join(question.casefold().split())
 
 
 def generated_pool(split: str, generate: Callable[..., Dataset], what: str, **options) -> Dataset:
@@ -80,9 +77,9 @@ class Task:
         if not self.examples:
             return dataset
         # By question, not by (question, answer): a split question seen solved in the prompt would be a leak.
-        shown = {_normalize(question) for question, _ in self.examples}
+        shown = {normalize_text(question) for question, _ in self.examples}
         return dataset.select(
-            [i for i, question in enumerate(dataset["question"]) if _normalize(question) not in shown]
+            [i for i, question in enumerate(dataset["question"]) if normalize_text(question) not in shown]
         )
 
     @cached_property
@@ -93,7 +90,7 @@ class Task:
             return ()
         examples: dict[str, tuple[str, str]] = {}
         for row in self._read("train"):
-            examples.setdefault(_normalize(row["question"]), (row["question"], row["answer"]))
+            examples.setdefault(normalize_text(row["question"]), (row["question"], row["answer"]))
             if len(examples) == self.worked_examples:
                 return tuple(examples.values())
         raise ValueError(
