@@ -94,11 +94,12 @@ class ResumableTotals(TrainerCallback):
 
     def elapsed(self) -> float:
         """Seconds of training in this run, across resumes."""
-        return self.before + time.perf_counter() - self.started
+        # This run's part first: added to `before` it is never below it, which (before + now) - started can be.
+        return self.before + (time.perf_counter() - self.started)
 
     def cpu_elapsed(self) -> float:
         """CPU seconds of training in this run (this process and its ended children), across resumes."""
-        return self.cpu_before + cpu_seconds() - self.cpu_started
+        return self.cpu_before + (cpu_seconds() - self.cpu_started)
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
