@@ -151,6 +151,32 @@ def test_the_configs_dynamic_sampling_options_reach_the_trainers(tiny_model_dir,
     assert dapo.args.filter_metric == "correctness_reward" and not dapo.args.allow_short_batch
 
 
+@pytest.mark.parametrize("builder", ["cgrpo_trainer", "ablation_trainer", "grpo_trainer", "dapo_trainer"])
+def test_every_trainer_takes_the_policy_as_loaded_for_its_checkpoint(builder, tiny_model_dir, tmp_path, monkeypatch):
+    # A GGUF checkpoint reaches TRL as a loaded model, since TRL cannot load one by name; an ablation run once
+    # passed the bare path and failed on SmolLM2 ("not a valid JSON file").
+    from transformers import AutoModelForCausalLM
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["cgrpo"]["ablations"].update(rules=["esc"], settings={"esc": [2]})
+    config["dapo"]["num_generations"] = [8]
+    splits = tmp_path / "splits"
+    sizes = {"train": 16, "calibration": 48, "eval": 4}
+    make_splits(get_task("arithmetic", num_examples=100).load(), splits, sizes=sizes, seed=0)
+    names = {
+        "cgrpo_trainer": "cgrpo_s0_g2-4-8-16-32_dauto_r0",
+        "ablation_trainer": "esc_s0_g2-4-8-16-32_t2",
+        "grpo_trainer": "grpo_s0_G8",
+        "dapo_trainer": "dapo_s0_G8",
+    }
+    # The initial calibration's file is read by the training job, not by the trainer.
+    spec = methods.train_spec(config, names[builder], tiny_model_dir, str(splits), "unused")
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    monkeypatch.setattr(trainers, "_policy", lambda spec: {"model": policy})
+    trainer = getattr(trainers, builder)(spec, tmp_path / "out", None)
+    assert trainer.model is policy
+
+
 def _fixed_run(root, name="grpo_s1_G32", **overrides):
     run = root / name
     (run / "model").mkdir(parents=True)

@@ -36,7 +36,7 @@ def ablation_trainer(spec: TrainSpec, output_dir: Path, initial: None = None):
     task = task_of(spec)
     args = CGRPOConfig(budget_grid=list(spec.budget_grid), **spec.cgrpo, **_trainer_options(spec, output_dir))
     return CGRPOTrainer(
-        model=spec.model,
+        **_policy(spec),
         reward_funcs=task.reward_funcs,
         args=args,
         train_dataset=_split(spec, task, "train"),
