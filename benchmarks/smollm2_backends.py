@@ -66,7 +66,7 @@ def _sampler(backend: str, folder: str, args):
 
     # The engine runs in this process, as the pipeline's evaluation runs it.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    llm = load_llm(folder)
+    llm = load_llm(folder, enforce_eager=not args.compiled)
     return lambda prompts: generate_completions_vllm(llm, prompts, **options), llm.get_tokenizer()
 
 
@@ -90,6 +90,7 @@ def measure(backend: str, folder: str, args) -> dict:
     return {
         "backend": backend,
         "threads": threads,
+        "eager": backend == "vllm" and not args.compiled,
         "prompts": args.prompts,
         "samples": args.samples,
         "max_new_tokens": args.max_new_tokens,
@@ -121,6 +122,7 @@ def main() -> None:
         "--batch-size", type=int, default=CONFIG["evaluation"]["batch_size"], help="HF generate's rows per batch"
     )
     run.add_argument("--threads", type=int, default=2, help="torch threads of HF generate (vLLM: OMP_NUM_THREADS)")
+    run.add_argument("--compiled", action="store_true", help="vLLM with its model compiled (a minutes-long start)")
     run.add_argument("--out", required=True, help="CSV the row is appended to")
     args = parser.parse_args()
     if args.command == "save":

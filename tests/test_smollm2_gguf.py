@@ -22,9 +22,11 @@ import yaml
 from cgrpo import CGRPOConfig, CGRPOTrainer
 from cgrpo.models import (
     gguf_parts,
+    is_plain,
     load_model,
     load_tokenizer,
     model_location,
+    save_plain,
     smollm2_gguf,
 )
 from cgrpo.pipeline.specs import check_model_source
@@ -184,3 +186,12 @@ def test_smollm2_gguf_trains_cgrpo_with_lora_on_real_completions(tmp_path, one_t
     # transformers' own adapter loading names parameters without PEFT's wrapper prefix.
     name = moved[0].removeprefix("base_model.model.")
     assert torch.equal(reloaded[name], dict(trainer.model.named_parameters())[moved[0]])
+    # vLLM's CPU build reads neither GGUF nor adapters: the plain checkpoint it is given computes what the adapter on
+    # its GGUF base computes.
+    plain = tmp_path / "plain"
+    save_plain(tmp_path / "model", plain)
+    assert is_plain(plain) and not is_plain(tmp_path / "model") and not is_plain(checkpoint)
+    inputs = load_tokenizer(plain)("Ann has 3 bags of 4 pens.", return_tensors="pt")
+    with torch.no_grad():
+        expected = load_model(tmp_path / "model").eval()(**inputs).logits
+        assert torch.allclose(load_model(plain).eval()(**inputs).logits, expected, atol=1e-4)

@@ -17,7 +17,8 @@ import yaml
 from conftest import run_smoke
 from snakemake.utils import update_config, validate
 
-from cgrpo.pipeline import evaluation
+from cgrpo.models import load_model, save_plain
+from cgrpo.pipeline import evaluation, vllm_backend
 from cgrpo.pipeline.config_checks import check_config
 from cgrpo.pipeline.evaluation import purpose_seed
 from cgrpo.pipeline.methods import evaluation_spec
@@ -256,3 +257,41 @@ def test_vllm_sampling_is_seeded_per_call_and_varies_within_a_prompt(engine):
     assert generate_completions_vllm(llm, prompts, seed=purpose_seed(0, "eval"), **options) == first
     assert generate_completions_vllm(llm, prompts, seed=purpose_seed(0, "calibration"), **options) != first
     assert all(len(texts) == 8 for texts in first) and any(len(set(texts)) > 1 for texts in first)
+
+
+@pytest.mark.vllm
+def test_seeded_sampling_of_more_prompt_tokens_than_an_engine_step_takes(engine):
+    # 24 prompts four times as long, 8 samples each: some 6,500 prompt tokens against a step budget of 4,096. A
+    # prefill split across steps made the CPU engine rewind its seeded generators, and crash.
+    llm, _, prompts = engine
+    long_prompts = [" ".join([prompt] * 4) for prompt in prompts]
+    completions = generate_completions_vllm(llm, long_prompts, num_samples=8, temperature=1.0, max_new_tokens=8, seed=1)
+    assert [len(texts) for texts in completions] == [8] * len(prompts)
+
+
+@pytest.mark.vllm
+def test_vllm_evaluates_a_lora_adapter_as_hf_generate_does(engine, tmp_path, monkeypatch):
+    from test_plain_checkpoints import _adapter
+    from transformers import AutoTokenizer
+
+    _, task, prompts = engine
+    _adapter(str(SHIPPED), tmp_path / "adapter")
+    # The plain copy vLLM loads is a scratch folder, gone once the engine holds the weights.
+    saved = []
+    monkeypatch.setattr(
+        vllm_backend, "save_plain", lambda model, folder: saved.append(folder) or save_plain(model, folder)
+    )
+    llm = load_llm(str(tmp_path / "adapter"))
+    assert len(saved) == 1 and not Path(saved[0]).exists()
+    options = dict(num_samples=1, temperature=1.0, max_new_tokens=40, greedy=True)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "adapter", padding_side="left")
+
+    def answers(completions):
+        return [task.extract(texts[0]) for texts in completions]
+
+    with_vllm = answers(generate_completions_vllm(llm, prompts, **options))
+    with_hf = answers(generate_completions(load_model(tmp_path / "adapter").eval(), tokenizer, prompts, **options))
+    base = answers(generate_completions(load_model(SHIPPED).eval(), tokenizer, prompts, **options))
+    assert with_vllm == with_hf
+    # Otherwise an engine that dropped the adapter would pass.
+    assert with_hf != base

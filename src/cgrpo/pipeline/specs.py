@@ -263,8 +263,10 @@ def evaluation_settings(config: Mapping[str, Any], trainer: Mapping[str, Any]) -
 
 def replay_spec(config: Mapping[str, Any], records: list[str]) -> dict[str, Any]:
     """The replay of `records` (cgrpo.pipeline.replay.run_replay), as plain data: the first grid, the score, the
-    `replay` settings, and the statistics seed and resamples of every other interval."""
+    `replay` settings, the statistics seed and resamples of every other interval, and C-GRPO's first delta (None for
+    the automatic one), which every rule is paired against."""
     replay = config["replay"]
+    delta = config["cgrpo"]["deltas"][0]
     return {
         "records": list(records),
         "grid": evaluation_grid(config),
@@ -275,4 +277,5 @@ def replay_spec(config: Mapping[str, Any], records: list[str]) -> dict[str, Any]
         "settings": {rule: list(values) for rule, values in replay["settings"].items()},
         "options": {rule: dict(options) for rule, options in replay["options"].items()},
         "plugins": list(config["plugins"]),
+        "reference": None if delta == "auto" else float(delta),
     }
