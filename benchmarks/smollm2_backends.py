@@ -91,6 +91,7 @@ def measure(backend: str, folder: str, args) -> dict:
         "backend": backend,
         "threads": threads,
         "eager": backend == "vllm" and not args.compiled,
+        "worked_examples": CONFIG["task"]["options"].get("worked_examples", 0),
         "prompts": args.prompts,
         "samples": args.samples,
         "max_new_tokens": args.max_new_tokens,

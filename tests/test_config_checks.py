@@ -192,6 +192,8 @@ def test_enum_annotations_are_not_checked():
         ("cgrpo.budget_grids", [[1, 2, 4]], "advantage is always zero"),
         # One budget: no prompt can stop early, so the run would be GRPO at G = 8 under C-GRPO's name.
         ("cgrpo.budget_grids", [[8]], "cgrpo.budget_grids[0]: grid [8] holds one budget"),
+        ("replay.budget_grid", [2, 16, 8], "replay.budget_grid = [2, 16, 8] must be a strictly increasing"),
+        ("replay.budget_grid", [1, 2, 4], "advantage is always zero"),
         # The smoke batch is 8 rows: groups of 16 (with one micro-batch per generation), 3 or 6 do not fit whole.
         (
             "cgrpo.trainer",
@@ -379,7 +381,6 @@ def test_stopping_rules_of_the_ablations_and_the_replay_are_checked_against_the_
         ("cgrpo.ablations.settings", {"esc": [1]}, "cgrpo.ablations.settings.esc: The esc rule's window must be"),
         ("replay.settings", {"signal": [1.5]}, "replay.settings.signal: The signal rule's delta must lie in"),
         ("replay.options", {"esc": {"tau": 0.5}}, "replay.options.esc: The 'esc' stopping rule has no option tau"),
-        ("replay.settings", {"conformal": [0.1, 0.2]}, "replay.settings.conformal leaves out null"),
         ("replay.models", ["grpo_s9_G32"], "replay.models lists grpo_s9_G32, which this config does not train"),
     ]
     for key, value, message in cases:

@@ -141,3 +141,54 @@ def test_each_sampling_purpose_and_run_seed_has_its_own_stream(tiny_model_dir, t
     # No batch seed (purpose seed + batch index) is shared between purposes or between run seeds 0 and 1.
     batch_seeds = [seed for call in first + other_seed for seed in call["seeds"]]
     assert len(set(batch_seeds)) == len(batch_seeds)
+
+
+def test_a_replayed_model_keeps_more_samples_than_its_metrics_use(tmp_path, monkeypatch):
+    # pool_samples 8 on grid [2, 4]: the first 4 samples of every prompt are right and the other 4 wrong, so metrics
+    # that read past the 4th sample, or pools cut to 4, show.
+    pool = get_task("arithmetic", num_examples=64, seed=0).load()
+    make_splits(pool, tmp_path / "splits", sizes={"calibration": 4, "eval": 4}, seed=0)
+    task = get_task("arithmetic")
+    golds = {}
+    for split in ("eval", "calibration"):
+        rows = task.to_prompt_dataset(load_split(tmp_path / "splits", split))
+        golds.update(zip(rows["prompt"], rows["answer"]))
+    drawn = []
+
+    def fake_generate(model, tokenizer, prompts, *, num_samples, greedy, **options):
+        drawn.append(num_samples)
+        right = 1 if greedy else 4
+        return [[f"#### {golds[p]}"] * right + ["#### -1"] * (num_samples - right) for p in prompts]
+
+    monkeypatch.setattr(evaluation, "generate_completions", fake_generate)
+    monkeypatch.setattr(evaluation, "_load_model", lambda location: None)
+    monkeypatch.setattr(evaluation, "load_tokenizer", lambda location, **options: None)
+    settings = {
+        "budget_grid": [2, 4],
+        "pool_samples": 8,
+        "score": "aps",
+        "temperature": 1.0,
+        "max_new_tokens": 4,
+        "batch_size": 4,
+        "deltas": [0.5],
+        "delta_margin": 0.05,
+        "split_delta": False,
+        "coverage_splits": 20,
+        "statistics_seed": 0,
+    }
+    spec = {
+        "run": "base",
+        "task": {"name": "arithmetic", "options": {}},
+        "model": "unused",
+        "splits": str(tmp_path / "splits"),
+        "seed": 0,
+        "evaluation": settings,
+    }
+    evaluation.evaluate_model(spec, tmp_path / "record.json")
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert drawn == [1, 8, 8]
+    assert record["mean_at_k"] == 1.0 and record["eval_maj_acc"] == 1.0
+    assert record["per_prompt"]["eval_mean_at_k"] == [1.0] * 4
+    for split in ("eval", "calibration"):
+        outcomes = record["pools"][split]["outcomes"]
+        assert [row.count("-1") for row in outcomes] == [4] * 4 and {len(row) for row in outcomes} == {8}

@@ -84,6 +84,10 @@ def test_every_registered_rule_is_replayed_at_its_sweep_and_settings_override_it
     assert [value for name, value, _ in settings if name == "esc"] == [2]
     assert [value for name, value, _ in settings if name == "fixed"] == GRID
     assert {rule.options["mixed_stop"] for name, _, rule in settings if name == "signal"} == {4}
+    # C-GRPO's own delta is replayed, to pair every rule against, whatever the sweep.
+    settings = rule_settings(GRID, {"conformal": [None, 0.2]}, {}, "aps", reference=0.35)
+    assert [value for name, value, _ in settings if name == "conformal"] == [None, 0.2, 0.35]
+    assert [value for name, value, _ in rule_settings(GRID, {}, {}, "aps") if name == "conformal"].count(None) == 1
 
 
 def test_a_rule_is_compared_with_cgrpo_at_equal_rollouts_by_interpolation():
@@ -133,6 +137,15 @@ def test_run_replay_writes_the_tables_and_plot_and_refuses_a_record_without_samp
     (tmp_path / "old.json").write_text(json.dumps({"run": "base"}))
     with pytest.raises(ValueError, match="keeps no samples"):
         run_replay({**spec, "records": [str(tmp_path / "old.json")]}, outputs)
+    # Pools of 8 cannot be replayed to 16: the answers past the 8th were never drawn.
+    with pytest.raises(ValueError, match="keeps 8 samples per prompt, fewer than the replay grid's largest budget 16"):
+        run_replay({**spec, "grid": [*GRID, 16]}, outputs)
+    # Paired against C-GRPO at the config's delta.
+    run_replay({**spec, "reference": 0.35}, outputs)
+    conformal = pd.read_csv(outputs["table"], dtype={"setting": str}).query("rule == 'conformal'")
+    rollouts = conformal.set_index("setting")["rollouts_per_prompt"]
+    assert rollouts["0.35"] != rollouts["auto"]
+    assert (pd.read_csv(outputs["at_cgrpo"])["cgrpo_rollouts_per_prompt"] == rollouts["0.35"]).all()
 
 
 def test_the_default_runs_frontier_holds_every_rule_and_fixed_g_at_every_budget():

@@ -27,6 +27,8 @@ from cgrpo.pipeline.specs import (
     calibration_spec,
     format_delta,
     parse_delta,
+    pool_samples,
+    replay_spec,
 )
 from cgrpo.stopping import rule_names
 
@@ -113,6 +115,22 @@ def test_evaluation_specs_sample_as_training_unless_told_otherwise():
     options = {**CONFIG["cgrpo"]["options"], "verifier_timeout_s": 7.0}
     timed = {**CONFIG, "cgrpo": {**CONFIG["cgrpo"], "options": options}}
     assert evaluation_spec(timed, "base", "model", "splits").evaluation["verifier_timeout_s"] == 7.0
+
+
+def test_a_replayed_model_draws_the_replay_grids_samples_and_the_rest_stays_as_it_was():
+    cgrpo = {**CONFIG["cgrpo"], "budget_grids": [[2, 4, 8]], "deltas": [0.35]}
+    replay = {**CONFIG["replay"], "models": ["base"], "budget_grid": [2, 4, 8, 16, 32]}
+    config = {**CONFIG, "cgrpo": cgrpo, "replay": replay}
+    assert pool_samples(config, "base") == 32 and pool_samples(config, "grpo_s0_G8") == 8
+    assert evaluation_spec(config, "base", "model", "splits").evaluation["pool_samples"] == 32
+    trained = evaluation_spec(config, "grpo_s0_G8", "model", "splits").evaluation
+    assert "pool_samples" not in trained and trained["budget_grid"] == [2, 4, 8]
+    spec = replay_spec(config, ["base.json"])
+    assert spec["grid"] == [2, 4, 8, 16, 32] and spec["reference"] == 0.35
+    # Unset, the specs are what they were, so that cached evaluations are not redone.
+    assert "pool_samples" not in evaluation_spec(CONFIG, "base", "model", "splits").evaluation
+    spec = replay_spec(CONFIG, ["base.json"])
+    assert spec["grid"] == CONFIG["cgrpo"]["budget_grids"][0] and spec["reference"] is None
 
 
 def test_specs_round_trip_through_plain_dicts_and_refuse_unknown_keys():

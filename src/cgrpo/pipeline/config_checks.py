@@ -66,11 +66,6 @@ def check_stopping_rules(config: Mapping[str, Any]) -> None:
                 raise ConfigError(f"config key {key}.{rule}: the {rule!r} rule has no parameter to set; remove it.")
             for value in values:
                 _check_rule_options(f"{key}.{rule}", rule, score, {parameter: value})
-    if None not in replay["settings"].get("conformal", [None]):
-        raise ConfigError(
-            "config key replay.settings.conformal leaves out null, C-GRPO's automatic delta, which the replay compares "
-            "every rule with; add null to the list."
-        )
     for rule, options in replay["options"].items():
         _check_rule_options(f"replay.options.{rule}", rule, score, options)
     known = {"base", *static_runs(config)}
@@ -90,17 +85,19 @@ def _check_rule_options(key: str, rule: str, score: str, options: Mapping[str, A
 
 
 def check_budget_grids(config: Mapping[str, Any]) -> None:
-    for index, grid in enumerate(config["cgrpo"]["budget_grids"]):
+    grids = [(f"cgrpo.budget_grids[{index}]", grid) for index, grid in enumerate(config["cgrpo"]["budget_grids"])]
+    if config["replay"].get("budget_grid") is not None:
+        grids.append(("replay.budget_grid", config["replay"]["budget_grid"]))
+    for key, grid in grids:
         # The schema accepts 2.0 as an integer, and cannot say "strictly increasing".
         if any(type(k) is not int for k in grid) or grid != sorted(set(grid)):
             raise ConfigError(
-                f"config key cgrpo.budget_grids[{index}] = {grid} must be a strictly increasing list of integers, "
-                "e.g. [2, 4, 8, 16, 32]."
+                f"config key {key} = {grid} must be a strictly increasing list of integers, e.g. [2, 4, 8, 16, 32]."
             )
         try:
             training_grid(grid)
         except ValueError as error:
-            raise ConfigError(f"config key cgrpo.budget_grids[{index}]: {error}") from None
+            raise ConfigError(f"config key {key}: {error}") from None
 
 
 def check_fixed_deltas(config: Mapping[str, Any]) -> None:

@@ -76,11 +76,12 @@ def evaluate_model(spec: EvaluationSpec | dict[str, Any], out_path: str | Path) 
         return
     eval_golds, calibration_golds = list(eval_set["answer"]), list(calibration_set["answer"])
     greedy = [task.extract(texts[0]) for texts in sample(eval_set["prompt"], "greedy", greedy=True)]
-    eval_answers = _answers(task, sample(eval_set["prompt"], "eval"))
-    calibration_answers = _answers(task, sample(calibration_set["prompt"], "calibration"))
+    eval_pools = _answers(task, sample(eval_set["prompt"], "eval"))
+    calibration_pools = _answers(task, sample(calibration_set["prompt"], "calibration"))
+    largest = max(settings["budget_grid"])
+    eval_answers, calibration_answers = _first(eval_pools, largest), _first(calibration_pools, largest)
     record = {"run": spec.run, "eval_greedy_acc": greedy_accuracy(greedy, eval_golds)}
     record.update(fixed_k_metrics(eval_answers, eval_golds, settings["budget_grid"]))
-    largest = max(settings["budget_grid"])
     record["per_prompt"] = per_prompt_accuracy(
         [correct_flags([answer], gold)[0] for answer, gold in zip(greedy, eval_golds)],
         [correct_flags(row, gold) for row, gold in zip(eval_answers, eval_golds)],
@@ -89,7 +90,7 @@ def evaluate_model(spec: EvaluationSpec | dict[str, Any], out_path: str | Path) 
     record.update(
         conformal_metrics(eval_answers, eval_golds, calibration_answers, calibration_golds, settings, spec.seed)
     )
-    record["pools"] = sample_pools(calibration_answers, calibration_golds, eval_answers, eval_golds)
+    record["pools"] = sample_pools(calibration_pools, calibration_golds, eval_pools, eval_golds)
     record["prompt"] = task.prompt_record()
     _write_record(record, start, out_path)
 
@@ -108,18 +109,24 @@ def _execution_record(task, sample, eval_set, calibration_set, settings: dict[st
     calibration_texts = sample(calibration_set["prompt"], "calibration")
     timeout_s = settings.get("verifier_timeout_s", VERIFIER_TIMEOUT_S)
     greedy_passes = verifier_passes(task, greedy, eval_set, timeout_s)
-    eval_passes = verifier_passes(task, eval_texts, eval_set, timeout_s)
-    calibration_passes = verifier_passes(task, calibration_texts, calibration_set, timeout_s)
-    record = {"run": spec.run, "eval_greedy_acc": mean_accuracy(greedy_passes)}
-    programs = _answers(task, eval_texts)
-    record.update(execution_fixed_k_metrics(eval_passes, programs, settings["budget_grid"]))
+    eval_pools = verifier_passes(task, eval_texts, eval_set, timeout_s)
+    calibration_pools = verifier_passes(task, calibration_texts, calibration_set, timeout_s)
     largest = max(settings["budget_grid"])
+    eval_passes, calibration_passes = _first(eval_pools, largest), _first(calibration_pools, largest)
+    record = {"run": spec.run, "eval_greedy_acc": mean_accuracy(greedy_passes)}
+    programs = _first(_answers(task, eval_texts), largest)
+    record.update(execution_fixed_k_metrics(eval_passes, programs, settings["budget_grid"]))
     record["per_prompt"] = per_prompt_accuracy(
         [flags[0] for flags in greedy_passes], eval_passes, majority_passes(eval_passes, programs, largest)
     )
     record.update(conformal_metrics(eval_passes, None, calibration_passes, None, settings, spec.seed))
-    record["pools"] = sample_pools(calibration_passes, None, eval_passes, None)
+    record["pools"] = sample_pools(calibration_pools, None, eval_pools, None)
     return record
+
+
+def _first(rows: list[list], count: int) -> list[list]:
+    """Each prompt's first `count` samples: the metrics' share of samples drawn for a larger replay pool."""
+    return [row[:count] for row in rows]
 
 
 def sample_pools(calibration_outcomes, calibration_golds, eval_outcomes, eval_golds) -> dict[str, Any]:
@@ -293,7 +300,7 @@ def _sampler(spec: EvaluationSpec):
     def sample(prompts, purpose: str, greedy: bool = False) -> list[list[str]]:
         return generate(
             list(prompts),
-            num_samples=1 if greedy else max(settings["budget_grid"]),
+            num_samples=1 if greedy else settings.get("pool_samples", max(settings["budget_grid"])),
             temperature=settings["temperature"],
             max_new_tokens=settings["max_new_tokens"],
             greedy=greedy,

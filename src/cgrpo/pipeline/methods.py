@@ -26,6 +26,7 @@ from .specs import (
     method_trainer,
     parse_delta,
     parse_grid,
+    pool_samples,
     task_spec,
 )
 
@@ -463,11 +464,9 @@ def evaluation_spec(config: Config, run: str, model: str, splits: str) -> Evalua
     name = parse_run_name(run)
     section = None if name.method == "base" else METHODS[name.method].section
     seed = name.seed if name.seed is not None else config["splits"]["seed"]
-    return EvaluationSpec(
-        run=run,
-        model=model,
-        splits=splits,
-        task=task_spec(config),
-        seed=seed,
-        evaluation=evaluation_settings(config, method_trainer(config, section)),
-    )
+    settings = evaluation_settings(config, method_trainer(config, section))
+    samples = pool_samples(config, run)
+    # Only where it differs, so that the specs of existing results, and their cached outputs, stay as they were.
+    if samples > max(settings["budget_grid"]):
+        settings["pool_samples"] = samples
+    return EvaluationSpec(run=run, model=model, splits=splits, task=task_spec(config), seed=seed, evaluation=settings)

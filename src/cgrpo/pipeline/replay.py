@@ -1,7 +1,7 @@
 """The exact replay frontier: every registered stopping rule at a sweep of its setting, on an evaluated model's pools.
 
 Evaluation keeps ``max(grid)`` samples per calibration and eval prompt (their outcomes and gold answers, the record's
-``pools``). Outcomes are nested prefixes, so the budget a rule stops a prompt at, and the group it would have trained
+``pools``), for the replay's grid (``replay.budget_grid``, by default the training grid). Outcomes are nested prefixes, so the budget a rule stops a prompt at, and the group it would have trained
 on, can be read off these samples exactly, without training. Calibrated rules are cross-fitted: the pooled prompts are
 split in two folds at random, each rule is fitted on one fold and replayed on the other and the other way round, and
 this is repeated ``resplits`` times; every prompt's metrics are averaged over its replays.
@@ -292,5 +292,11 @@ def pools_of_record(record: Mapping[str, Any], score: str, grid: Sequence[int]) 
     for split in ("calibration", "eval"):
         outcomes.extend(record["pools"][split]["outcomes"])
         golds.extend(record["pools"][split]["golds"] or [None] * len(record["pools"][split]["outcomes"]))
+    drawn = min(len(row) for row in outcomes)
+    if drawn < max(grid):
+        raise ValueError(
+            f"The evaluation record of {record.get('run')!r} keeps {drawn} samples per prompt, fewer than the replay "
+            f"grid's largest budget {max(grid)}: list the run under replay.models so that its evaluation draws them."
+        )
     rewards = [correct_flags(score, row, gold) for row, gold in zip(outcomes, golds)]
     return Pools(score, sorted(grid), outcomes, rewards, golds if score == "aps" else None, random.Random(0))

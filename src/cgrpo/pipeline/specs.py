@@ -37,6 +37,8 @@ __all__ = [
     "method_trainer",
     "parse_delta",
     "parse_grid",
+    "pool_samples",
+    "replay_grid",
     "task_spec",
 ]
 
@@ -183,8 +185,9 @@ class EvaluationSpec(_StepSpec):
     """The evaluation of one model (rule evaluate, `cgrpo.pipeline.evaluation.evaluate_model`).
 
     `evaluation` holds the resolved settings: `budget_grid`, the nonconformity `score`, `temperature`,
-    `max_new_tokens`, `batch_size`, the fixed `deltas`, the automatic delta's `delta_margin` and `split_delta`, and the
-    sampling `backend` (hf or vllm).
+    `max_new_tokens`, `batch_size`, the fixed `deltas`, the automatic delta's `delta_margin` and `split_delta`, the
+    sampling `backend` (hf or vllm), and `pool_samples` where the replay asks for more samples per prompt than the
+    grid's largest budget.
     """
 
     run: str
@@ -209,6 +212,18 @@ def task_spec(config: Mapping[str, Any]) -> dict[str, Any]:
 def evaluation_grid(config: Mapping[str, Any]) -> list[int]:
     """The grid every run is scored on (the first), so that eval metrics compare across runs."""
     return list(config["cgrpo"]["budget_grids"][0])
+
+
+def replay_grid(config: Mapping[str, Any]) -> list[int]:
+    """The grid the replay's rules stop along: `replay.budget_grid`, else the evaluation grid."""
+    return list(config["replay"].get("budget_grid") or evaluation_grid(config))
+
+
+def pool_samples(config: Mapping[str, Any], run: str) -> int:
+    """Samples per calibration and eval prompt the evaluation of `run` draws: the evaluation grid's largest budget,
+    or the replay grid's where `run` is replayed and that is larger."""
+    largest = max(evaluation_grid(config))
+    return max(largest, max(replay_grid(config))) if run in config["replay"]["models"] else largest
 
 
 def calibration_seed(config: Mapping[str, Any], run_seed: int) -> int:
@@ -269,7 +284,7 @@ def replay_spec(config: Mapping[str, Any], records: list[str]) -> dict[str, Any]
     delta = config["cgrpo"]["deltas"][0]
     return {
         "records": list(records),
-        "grid": evaluation_grid(config),
+        "grid": replay_grid(config),
         "score": config["cgrpo"]["options"]["score"],
         "resplits": int(replay["resplits"]),
         "seed": int(config["statistics"]["seed"]),
