@@ -6,6 +6,7 @@ builds; without vLLM they skip with the reason). The others check the wiring wit
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -26,7 +27,13 @@ from cgrpo.pipeline.sampling import generate_completions, generate_completions_v
 from cgrpo.pipeline.specs import method_trainer
 from cgrpo.pipeline.splits import make_splits
 from cgrpo.pipeline.tasks import get_task
-from cgrpo.pipeline.vllm_backend import CPU_KV_CACHE_GIB, load_llm, prepare_vllm_job, uses_vllm
+from cgrpo.pipeline.vllm_backend import (
+    CPU_KV_CACHE_GIB,
+    check_vllm_installed,
+    load_llm,
+    prepare_vllm_job,
+    uses_vllm,
+)
 from cgrpo.vllm_colocate import CPU_OPTIONS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,6 +179,25 @@ def test_dry_run_with_the_override_plans_every_job(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:]
     counts = job_counts(result.stdout)
     assert counts["train_cgrpo"] == 1 and counts["train"] == 3 and counts["evaluate"] >= 5
+
+
+def test_a_run_that_needs_vllm_where_it_is_missing_stops_before_its_first_job(tmp_path, monkeypatch):
+    with_vllm, without = _planned(SMOKE, OVERRIDE), _planned(SMOKE)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "vllm" else find_spec(name))
+    with pytest.raises(ValueError, match="sets use_vllm and evaluation.backend: vllm, but vLLM is not installed"):
+        check_vllm_installed(with_vllm)
+    check_vllm_installed(without)
+    monkeypatch.undo()
+    # A dry run plans it anywhere (above); a run fails at once, with the fix, before any job.
+    if importlib.util.find_spec("vllm") is not None:
+        return
+    from test_workflow import snakemake
+
+    (tmp_path / "resources").symlink_to(REPO / "resources")
+    result = snakemake(tmp_path, "--cores", "1", "--configfile", str(SMOKE), str(OVERRIDE))
+    assert result.returncode != 0 and "hf_evaluation.yaml for evaluation" in result.stdout, result.stdout[-3000:]
+    assert not (tmp_path / "results" / "vllm_cpu" / "base_model").exists()
 
 
 # ------------------------------------------------------------------------------------ with a real vLLM

@@ -9,6 +9,7 @@ from cgrpo.pipeline import methods, provenance, specs
 from cgrpo.pipeline.config_checks import ConfigError, check_config
 from cgrpo.pipeline.plugins import import_plugins
 from cgrpo.pipeline.specs import format_delta, format_grid
+from cgrpo.pipeline.vllm_backend import check_vllm_installed
 
 ##### config validation #####
 
@@ -22,6 +23,13 @@ try:
     check_config(config)
 except (ConfigError, ValueError) as error:
     raise WorkflowError(str(error)) from None
+
+
+onstart:
+    try:
+        check_vllm_installed(config)
+    except ValueError as error:
+        raise WorkflowError(str(error)) from None
 
 
 ##### one results folder, one config (cgrpo.pipeline.provenance) #####

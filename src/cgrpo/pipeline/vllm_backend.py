@@ -5,6 +5,7 @@ vLLM is imported only where an engine is built, so the rest loads without it.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import tempfile
@@ -22,6 +23,27 @@ CPU_KV_CACHE_GIB = 1
 def uses_vllm(spec: Mapping[str, Any]) -> bool:
     """Whether the job of `spec` (a step spec as a dict) runs vLLM: training with `use_vllm`, or vLLM evaluation."""
     return bool(spec.get("trainer", {}).get("use_vllm")) or spec.get("evaluation", {}).get("backend") == "vllm"
+
+
+def check_vllm_installed(config: Mapping[str, Any]) -> None:
+    """Raise a ValueError naming the fix when `config` generates with vLLM (`training.use_vllm`, a method's
+    `trainer.use_vllm`, or `evaluation.backend: vllm`) and vLLM cannot be imported here.
+
+    The workflow calls it as it starts running jobs, not when it plans them: a dry run, or a cluster's planning node,
+    need not have vLLM, but a local run would otherwise train for an hour before its first evaluation failed.
+    """
+    trainers = [config["training"], *(config[section]["trainer"] for section in ("cgrpo", "grpo", "dapo"))]
+    wanted = []
+    if any(trainer.get("use_vllm") for trainer in trainers):
+        wanted.append("use_vllm")
+    if config["evaluation"].get("backend") == "vllm":
+        wanted.append("evaluation.backend: vllm")
+    if wanted and importlib.util.find_spec("vllm") is None:
+        raise ValueError(
+            f"The config sets {' and '.join(wanted)}, but vLLM is not installed in this environment: run it in the "
+            'vLLM environment (docs/clusters.md, "vLLM"), or sample with HF generate instead '
+            "(config/overrides/hf_evaluation.yaml for evaluation)."
+        )
 
 
 def prepare_vllm_job(spec: Mapping[str, Any]) -> None:
