@@ -373,6 +373,25 @@ def test_paired_intervals_pair_prompts(experiment):
     assert row["greedy difference 95% CI low"] == pytest.approx(0.1) == row["greedy difference 95% CI high"]
 
 
+def test_over_base_subtracts_the_base_models_accuracy_prompt_by_prompt(tables, experiment):
+    over = tables["over_base"].set_index("setting")
+    assert set(over["method"]) == {"cgrpo", "grpo"} and (over["seeds"] == 3).all()
+    gain = over.loc["G=32", "greedy accuracy gain"]
+    assert gain == pytest.approx(np.mean(ACCURACY["G32"]) - 0.30)
+    assert (
+        over.loc["G=32", "greedy accuracy gain 95% CI low"]
+        < gain
+        < over.loc["G=32", "greedy accuracy gain 95% CI high"]
+    )
+    # Paired: every prompt 0.25 above the base's, so the interval has no width.
+    summary = reporting.summary_table(*(reporting.load_json(experiment[key]) for key in ("runs", "evals")))
+    outcomes = {run: {"eval_mean_at_k": [float(i % 2) + 0.25 for i in range(PROMPTS)]} for run in summary["run"]}
+    outcomes["base"] = {"eval_mean_at_k": [float(i % 2) for i in range(PROMPTS)]}
+    over = comparison.over_base_table(summary, Resampling(outcomes, 200, 0), {"eval_mean_at_k": "sampled"})
+    assert np.allclose(over[["sampled gain", "sampled gain 95% CI low", "sampled gain 95% CI high"]], 0.25)
+    assert comparison.over_base_table(summary[summary["method"] != "base"], _resampling(summary)).empty
+
+
 def test_paired_uses_only_shared_seeds_and_only_its_own_match(tables):
     summary = tables["summary"]
     partial = summary[~((summary["setting"] == "G=4") & (summary["seed"] == 2))]

@@ -158,6 +158,7 @@ TABLES = [
     "summary",
     "by_method",
     "paired",
+    "over_base",
     "coverage",
     "coverage_splits",
     "conformal",

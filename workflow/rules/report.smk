@@ -30,6 +30,13 @@ rule aggregate:
             labels={"table": "paired"},
         ),
         paired_md="results/{exp}/tables/paired.md",
+        over_base=report(
+            "results/{exp}/tables/over_base.csv",
+            caption="../report/over_base.rst",
+            category="Tables",
+            labels={"table": "gain over the base model"},
+        ),
+        over_base_md="results/{exp}/tables/over_base.md",
         coverage=report(
             "results/{exp}/tables/coverage.csv",
             caption="../report/coverage_table.rst",

@@ -1,4 +1,5 @@
-"""Comparisons across runs: per method and setting (``by_method``), and C-GRPO against each baseline (``paired``).
+"""Comparisons across runs: per method and setting (``by_method``), C-GRPO against each baseline (``paired``), and
+every trained method against the base model (``over_base``).
 
 An accuracy's interval is a percentile bootstrap (:func:`cgrpo.pipeline.statistics.bootstrap_mean_ci`) that
 resamples the training seeds and the eval prompts: every run is evaluated on the same prompts, so a run's per-prompt
@@ -31,6 +32,7 @@ __all__ = [
     "Resampling",
     "by_method_table",
     "means_with_intervals",
+    "over_base_table",
     "paired_table",
 ]
 
@@ -66,6 +68,10 @@ PAIRED_METRICS = {
     "total_cpu_s": "CPU time (s, training + calibration)",
     "train_wall_s": "training wall clock (s)",
 }
+
+
+# summary column -> plain-language name in the over_base table: what training added to the base model.
+OVER_BASE_METRICS = {name: PAIRED_METRICS[name] for name in ("eval_greedy_acc", "eval_maj_acc", "eval_mean_at_k")}
 
 
 # Summary columns that average a per-prompt accuracy of the eval record (`per_prompt`).
@@ -186,3 +192,27 @@ def paired_table(
                 row.update(dict(zip((label, f"{label} {CI_LOW}", f"{label} {CI_HIGH}"), interval)))
             rows.append(row)
     return pd.DataFrame(rows, columns=None if rows else ["C-GRPO setting", "baseline", "paired seeds"])
+
+
+def over_base_table(
+    summary: pd.DataFrame, resampling: Resampling, metrics: Mapping[str, str] = OVER_BASE_METRICS
+) -> pd.DataFrame:
+    """Each trained method and setting minus the base model, prompt by prompt: did training move the accuracy?
+
+    Every seed's per-prompt accuracies minus the base model's on the same prompt form a seeds x prompts table, whose
+    mean and 95% interval come from the bootstrap over seeds and prompts (module docstring). Empty without a base
+    model evaluation.
+    """
+    base = summary[summary["method"] == "base"]
+    if base.empty:
+        return pd.DataFrame(columns=["method", "setting", "seeds"])
+    rows = []
+    for (method, setting), group in summary[summary["method"] != "base"].groupby(["method", "setting"], sort=False):
+        row: dict[str, Any] = {"method": method, "setting": setting, "seeds": len(group)}
+        for column, metric in metrics.items():
+            difference = resampling.table(group, column) - resampling.table(base, column)
+            label = f"{metric} gain"
+            interval = resampling.interval(difference, "over base", method, setting, column)
+            row.update(dict(zip((label, f"{label} {CI_LOW}", f"{label} {CI_HIGH}"), interval)))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=None if rows else ["method", "setting", "seeds"])

@@ -10,6 +10,7 @@ Tables:
 * ``summary``: one row per run (base model included) with its eval accuracy and its training cost;
 * ``by_method``: per method and setting, the mean and 95% interval over seeds (and eval prompts, for an accuracy);
 * ``paired``: C-GRPO minus each baseline, seed by seed and prompt by prompt (`cgrpo.pipeline.comparison`);
+* ``over_base``: each trained method and setting minus the base model, prompt by prompt;
 * ``coverage`` and ``conformal``: the per-budget coverage and the conformal dynamic-k results of every
   evaluated model; ``coverage_splits``: the spread of the per-budget coverage over repeated re-splits of its
   calibration and eval prompts, against split-conformal theory;
@@ -29,7 +30,15 @@ from typing import Any
 
 import pandas as pd
 
-from .comparison import CI_HIGH, CI_LOW, Resampling, by_method_table, means_with_intervals, paired_table
+from .comparison import (
+    CI_HIGH,
+    CI_LOW,
+    Resampling,
+    by_method_table,
+    means_with_intervals,
+    over_base_table,
+    paired_table,
+)
 from .frontier import frontier_at_cgrpo, frontier_points
 from .methods import method_order, setting_label
 from .specs import format_delta, parse_grid
@@ -373,7 +382,7 @@ def build_tables(
     ``runs`` are ``run.json`` files, ``steps`` the ``steps.csv`` files (each belongs to the run whose
     ``run.json`` shares its folder), ``evals`` the eval JSONs (``"base"`` included) and ``matched``
     the compute-matching records; ``resamples`` and ``seed`` drive the bootstrap of every interval. Returns the tables
-    ``summary``, ``by_method``, ``paired``, ``coverage``, ``coverage_splits``, ``conformal``, ``delta_sweep``,
+    ``summary``, ``by_method``, ``paired``, ``over_base``, ``coverage``, ``coverage_splits``, ``conformal``, ``delta_sweep``,
     ``frontier``, ``frontier_at_cgrpo`` (`cgrpo.pipeline.frontier`), ``steps`` and ``calibrations``.
     """
     run_records = load_json(runs)
@@ -392,6 +401,7 @@ def build_tables(
         "summary": summary,
         "by_method": by_method_table(summary, resampling),
         "paired": paired_table(summary, resampling, matched_records),
+        "over_base": over_base_table(summary, resampling),
         "coverage": coverage_table(eval_records, summary),
         "coverage_splits": coverage_splits_table(eval_records, summary),
         "conformal": conformal,
