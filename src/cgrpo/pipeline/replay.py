@@ -1,8 +1,9 @@
 """The exact replay frontier: every registered stopping rule at a sweep of its setting, on an evaluated model's pools.
 
 Evaluation keeps ``max(grid)`` samples per calibration and eval prompt (their outcomes and gold answers, the record's
-``pools``), for the replay's grid (``replay.budget_grid``, by default the training grid). Outcomes are nested prefixes, so the budget a rule stops a prompt at, and the group it would have trained
-on, can be read off these samples exactly, without training. Calibrated rules are cross-fitted: the pooled prompts are
+``pools``) for the replay's grid (``replay.budget_grid``, by default the training grid). Outcomes are nested prefixes,
+so the budget a rule stops a prompt at, and the group it would have trained on, can be read off these samples exactly,
+without training. Calibrated rules are cross-fitted: the pooled prompts are
 split in two folds at random, each rule is fitted on one fold and replayed on the other and the other way round, and
 this is repeated ``resplits`` times; every prompt's metrics are averaged over its replays.
 

@@ -72,10 +72,10 @@ def load_llm(model: str, enforce_eager: bool | None = None):
     """A vLLM engine on `model`: on CPU with `CPU_OPTIONS`' memory share and in float32, as the HF path evaluates
     there; on a GPU with vLLM's defaults (half precision, as the HF path there).
 
-    A GGUF file or a LoRA adapter's folder, which vLLM's CPU build cannot read, is saved as a plain checkpoint (see
+    A GGUF file or a LoRA adapter's folder, which vLLM's CPU build does not read, is saved as a plain checkpoint (see
     `cgrpo.models.save_plain`) for the engine to load, and deleted once it has. `enforce_eager` (default: on CPU)
-    skips the model's compilation: on CPU it takes 81 s of a 90 s start and saves 0.03 s per rollout on SmolLM2-135M
-    (results/reference/smollm2_cpu/generation_backends.csv), so it pays only past some 2,500 rollouts.
+    skips the model's compilation, which on CPU took 72 s of an 81 s start to save 0.03 s per rollout on SmolLM2-135M
+    (results/reference/smollm2_cpu/generation_backends.csv): it pays only past some 2,500 rollouts.
     """
     from vllm.platforms import current_platform
 
