@@ -14,6 +14,19 @@ from cgrpo.pipeline.splits import load_split, make_splits
 from cgrpo.pipeline.tasks import get_task
 
 GRID = [2, 4]
+# Resolved evaluation settings (cgrpo.pipeline.specs.evaluation_settings) for a seconds-long evaluation.
+EVALUATION_SETTINGS = {
+    "budget_grid": [2, 4],
+    "score": "aps",
+    "temperature": 1.0,
+    "max_new_tokens": 4,
+    "batch_size": 4,
+    "deltas": [0.5],
+    "delta_margin": 0.05,
+    "split_delta": False,
+    "coverage_splits": 20,
+    "statistics_seed": 0,
+}
 GOLDS = ["1", "2", "3", "4"]
 # Four prompts with four sampled answers each (None = failed extraction).
 ANSWERS = [
@@ -100,18 +113,7 @@ def _evaluate_same_prompts(spec, out_path, monkeypatch):
 def test_each_sampling_purpose_and_run_seed_has_its_own_stream(tiny_model_dir, tmp_path, monkeypatch):
     pool = get_task("arithmetic", num_examples=64, seed=0).load()
     make_splits(pool, tmp_path / "splits", sizes={"calibration": 4, "eval": 4}, seed=0)
-    settings = {
-        "budget_grid": [2, 4],
-        "score": "aps",
-        "temperature": 1.0,
-        "max_new_tokens": 4,
-        "batch_size": 4,
-        "deltas": [0.5],
-        "delta_margin": 0.05,
-        "split_delta": False,
-        "coverage_splits": 20,
-        "statistics_seed": 0,
-    }
+    settings = EVALUATION_SETTINGS
     spec = {
         "run": "base",
         "task": {"name": "arithmetic", "options": {}},
@@ -163,19 +165,7 @@ def test_a_replayed_model_keeps_more_samples_than_its_metrics_use(tmp_path, monk
     monkeypatch.setattr(evaluation, "generate_completions", fake_generate)
     monkeypatch.setattr(evaluation, "_load_model", lambda location: None)
     monkeypatch.setattr(evaluation, "load_tokenizer", lambda location, **options: None)
-    settings = {
-        "budget_grid": [2, 4],
-        "pool_samples": 8,
-        "score": "aps",
-        "temperature": 1.0,
-        "max_new_tokens": 4,
-        "batch_size": 4,
-        "deltas": [0.5],
-        "delta_margin": 0.05,
-        "split_delta": False,
-        "coverage_splits": 20,
-        "statistics_seed": 0,
-    }
+    settings = {**EVALUATION_SETTINGS, "pool_samples": 8}
     spec = {
         "run": "base",
         "task": {"name": "arithmetic", "options": {}},

@@ -124,6 +124,7 @@ def test_vllm_sampling_options_seed_every_sample_apart():
 
 def test_vllm_evaluation_samples_each_purpose_from_its_own_seed(tiny_model_dir, tmp_path, monkeypatch):
     # vLLM stands in as HF generate on the same model, so both backends must write the same record.
+    from test_evaluation import EVALUATION_SETTINGS as settings
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     pool = get_task("arithmetic", num_examples=64, seed=0).load()
@@ -139,18 +140,6 @@ def test_vllm_evaluation_samples_each_purpose_from_its_own_seed(tiny_model_dir, 
 
     monkeypatch.setattr(evaluation, "load_llm", lambda path: ("engine on", path))
     monkeypatch.setattr(evaluation, "generate_completions_vllm", fake_vllm)
-    settings = {
-        "budget_grid": [2, 4],
-        "score": "aps",
-        "temperature": 1.0,
-        "max_new_tokens": 4,
-        "batch_size": 4,
-        "deltas": [0.5],
-        "delta_margin": 0.05,
-        "split_delta": False,
-        "coverage_splits": 20,
-        "statistics_seed": 0,
-    }
     spec = {
         "run": "base",
         "task": {"name": "arithmetic", "options": {}},
