@@ -206,6 +206,36 @@ class ColocateRecorder(Recorder):
         llm.generate = spy_generate
 
 
+class StreamRecorder(Recorder):
+    """Also spies on the colocated engine's requests of streamed increments: how many, the weights vLLM holds at each
+    step's first one, and how many continuations (a prompt's later increments) went in while other requests ran."""
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        self.requests, self.continuations, self.overlapping, self.mismatch = 0, 0, 0, []
+        engine = trainer.vllm_generation.llm.llm_engine
+        add_request, step = engine.add_request, engine.step
+        steps, first_seen, synced_at = [0], {}, set()
+
+        def spy_step(*args, **kwargs):
+            steps[0] += 1
+            return step(*args, **kwargs)
+
+        def spy_add_request(request_id, prompt, *args, **kwargs):
+            if str(request_id).startswith("cgrpo-"):
+                self.requests += 1
+                if trainer.state.global_step not in synced_at:
+                    synced_at.add(trainer.state.global_step)
+                    self.mismatch.append(_distance(*_weights_as_computed(trainer)))
+                key = (trainer.state.global_step, tuple(prompt["prompt_token_ids"]))
+                if steps[0] > first_seen.setdefault(key, steps[0]):
+                    self.continuations += 1
+                    self.overlapping += engine.has_unfinished_requests()
+            return add_request(request_id, prompt, *args, **kwargs)
+
+        engine.add_request, engine.step = spy_add_request, spy_step
+
+
 def _no_hf_generate(trainer):
     def refuse(*args, **kwargs):
         raise AssertionError("training generated with HF generate instead of vLLM")
@@ -216,12 +246,29 @@ def _no_hf_generate(trainer):
 @pytest.fixture(scope="module")
 def colocate(data, tmp_path_factory):
     """A C-GRPO run of a few steps in colocate mode, calibrating before every step, with its recorder."""
-    trainer = _trainer(data, tmp_path_factory.mktemp("colocate"), use_vllm=True, vllm_mode="colocate", **CPU_OPTIONS)
+    trainer = _trainer(
+        data,
+        tmp_path_factory.mktemp("colocate"),
+        use_vllm=True,
+        vllm_mode="colocate",
+        stream_increments=False,
+        **CPU_OPTIONS,
+    )
     initial = {name: value.clone() for name, value in trainer.model.state_dict().items()}
     recorder = ColocateRecorder(trainer)
     _no_hf_generate(trainer)
     trainer.train()
     return trainer, recorder, initial
+
+
+@pytest.fixture(scope="module")
+def streamed(data, tmp_path_factory):
+    """The same run with the library's default: increments streamed into the colocated engine, no rounds."""
+    trainer = _trainer(data, tmp_path_factory.mktemp("streamed"), use_vllm=True, vllm_mode="colocate", **CPU_OPTIONS)
+    recorder = StreamRecorder(trainer)
+    _no_hf_generate(trainer)
+    trainer.train()
+    return trainer, recorder
 
 
 def test_colocate_trains_with_vllm_generation(colocate):
@@ -261,6 +308,25 @@ def test_policy_weights_reach_vllm_before_every_generation(colocate):
     assert _distance(recorder.policy[0], recorder.policy[-1]) > 4 * BF16_TOLERANCE
 
 
+def test_streamed_increments_train_with_the_rules_decisions_and_no_rounds(streamed):
+    trainer, recorder = streamed
+    assert trainer._streams and trainer.state.global_step == STEPS
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == STEPS and all(torch.isfinite(torch.tensor(losses)))
+    # Every group's rows are one request each, and its size is where the rule stops on its answers (`_sampling_path`
+    # replays the rule on them in the Recorder), so the stream decides as the rounds do.
+    budgets = [budget for step in recorder.budgets for budget in step]
+    assert len(budgets) == STEPS * PROMPTS_PER_STEP and recorder.requests == sum(budgets)
+    assert set(budgets) - {GRID[0]}, "every prompt stopped at the first budget: no increment was streamed"
+    # Later increments went in while other prompts' requests were still running: no barrier held them back.
+    assert recorder.continuations and recorder.overlapping, (recorder.continuations, recorder.overlapping)
+    rounds = [
+        entry["cgrpo/generation_rounds"] for entry in trainer.state.log_history if "cgrpo/generation_rounds" in entry
+    ]
+    assert len(rounds) == STEPS and max(rounds) > 1
+    assert max(recorder.mismatch) <= BF16_TOLERANCE and len(recorder.mismatch) == STEPS, recorder.mismatch
+
+
 def _stopping_on_greedy_answers(trainer, batch_examples) -> dict:
     """Calibrate and sample one batch in budget increments from a fresh stopping state; what it decided."""
     trainer.state.global_step, trainer.cgrpo_state.stopping_rng = 0, random.Random("greedy")
@@ -283,7 +349,8 @@ def _stopping_on_greedy_answers(trainer, batch_examples) -> dict:
     return {"qhat": thresholds.qhat, "solve_rate": thresholds.solve_rate, "budgets": budgets, "answers": answers}
 
 
-def test_stopping_with_vllm_matches_hf_generate_on_greedy_answers(colocate, data, tmp_path, monkeypatch):
+@pytest.mark.parametrize("stream", [False, True], ids=["rounds", "streamed"])
+def test_stopping_with_vllm_matches_hf_generate_on_greedy_answers(colocate, data, tmp_path, monkeypatch, stream):
     # Greedy decoding makes every prompt's answers deterministic, so the two backends must stop alike. Completions
     # cut at GREEDY_LENGTH tokens lose the answer of the longer solutions, so some prompts walk the grid. The shipped
     # model is loaded back into the trained policy, which reaches vLLM through the weight sync.
@@ -291,6 +358,7 @@ def test_stopping_with_vllm_matches_hf_generate_on_greedy_answers(colocate, data
     trainer.model.load_state_dict(initial)
     monkeypatch.setattr(trainer.vllm_generation, "temperature", 0.0)
     monkeypatch.setattr(trainer.vllm_generation, "max_completion_length", GREEDY_LENGTH)
+    monkeypatch.setattr(trainer, "_streams", stream)
     hf = _trainer(data, tmp_path, max_completion_length=GREEDY_LENGTH)
     hf.generation_config.do_sample = False
     examples = [dict(row) for row in data[1].select(range(GREEDY_PROMPTS)) for _ in range(GRID[-1])]

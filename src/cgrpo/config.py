@@ -53,6 +53,11 @@ class CGRPOConfig(GRPOConfig):
             the grid. The rule decides the same on the same outcomes, and a prompt draws as many rollouts; only the
             rounds (generation calls) are fewer. The completions differ from a run without it, because a generation
             call's random draws depend on its rows.
+        stream_increments (`bool`, *optional*, defaults to `True`):
+            With vLLM in colocate mode (tensor parallel size 1, no tools, no `rollout_func`), submit each prompt's
+            next increment to the engine as soon as its previous one is finished and decided, instead of sampling in
+            rounds that wait for every prompt (`cgrpo.vllm_streaming`). The rule decides the same on the same
+            outcomes; the draws differ from rounds, as the engine's batches do. Elsewhere it has no effect.
         stop_share (`float`, *optional*, defaults to `0.75`):
             The share tau of the `"share"` rule, in (0, 1]; `1` is the unanimous rule. Any tau above 1/2 stops the
             first budget of the default grid (2) only on two agreeing answers, as the other rules do, so the rules
@@ -161,6 +166,13 @@ class CGRPOConfig(GRPOConfig):
         metadata={
             "help": "Draw each prompt straight up to the next budget where its stopping rule could still stop, in one "
             "generation round: the same decisions and rollouts, fewer rounds."
+        },
+    )
+    stream_increments: bool = field(
+        default=True,
+        metadata={
+            "help": "With colocated vLLM, submit each prompt's next increment as soon as its previous one is decided, "
+            "instead of in rounds that wait for every prompt."
         },
     )
     stop_share: float = field(

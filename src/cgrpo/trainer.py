@@ -43,6 +43,7 @@ from .trainer_checks import (
 )
 from .trainer_state import CGRPOState
 from .user_code import completion_text, normalise_answer, verify
+from .vllm_streaming import Streamed, final_only, replaced, stream_increments, streams_increments
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +195,7 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
             last_calibration_step=None if initial_thresholds is None else 0,
             unlogged_calibration_rollouts=None if initial_thresholds is None else initial_calibration_rollouts,
         )
+        self._streams = streams_increments(self)
         # C-GRPO's own filler rows keep micro-batches equal, so any number of kept groups splits evenly.
         self._dynamic = DynamicSampler(self, rows_multiple=1) if args.drop_unanimous else None
         self.dynamic_totals = None if self._dynamic is None else self._dynamic.totals
@@ -378,6 +380,8 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
         width = self.args.max_budget
         group_prompts, examples = prompts[::width], self._batch_examples[::width]
         self._lockstep_before_batch = self.cgrpo_totals["lockstep_rollouts"]
+        if self._streams:
+            return self._stream_budgets(group_prompts, examples)
         rows: list[list[tuple]] = [[] for _ in group_prompts]
         outcomes: list[list] = [[] for _ in group_prompts]
         targets = {i: self._next_budget([], examples[i]) for i in range(len(group_prompts))}
@@ -398,9 +402,61 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
                 for i, target in targets.items()
                 if target < width and not self._stops(target, outcomes[i], examples[i])
             }
+        self._count_rounds(rounds)
+        return self._pad_groups(rows)
+
+    def _stream_budgets(self, group_prompts: list, examples: list[dict[str, Any]]):
+        """`_generate_with_budgets` on the colocated vLLM engine, each prompt's increments streamed without rounds.
+
+        One TRL generation call of every prompt at the full width: TRL syncs the weights, tokenizes and builds the
+        sampling parameters, then hands its rows to the engine's `generate`, which this call replaces with
+        `stream_increments` (the one place TRL exposes both the prompts' token ids and its sampling parameters). The
+        rows a prompt did not draw are filled with one of its drawn rows for TRL's decoding, then replaced by padding.
+        """
+        width = self.args.max_budget
+        outcomes: list[list] = [[] for _ in group_prompts]
+        texts: list[list[str]] = [[] for _ in group_prompts]
+
+        def decide(i: int, token_ids: list[list[int]]) -> int | None:
+            new = self.processing_class.batch_decode(token_ids, skip_special_tokens=True)
+            texts[i] += new
+            outcomes[i] += self._outcomes(new, examples[i])
+            drawn = len(outcomes[i])
+            if drawn >= width or self._stops(drawn, outcomes[i], examples[i]):
+                return None
+            return self._next_budget(outcomes[i], examples[i])
+
+        llm = self.vllm_generation.llm
+        streamed: list[Streamed] = []
+
+        def generate(prompts, sampling_params, *args, **kwargs):
+            first = [self._next_budget([], example) for example in examples]
+            streamed.append(
+                stream_increments(llm.llm_engine, prompts[::width], final_only(sampling_params), first, decide)
+            )
+            return [rows[min(j, len(rows) - 1)] for rows in streamed[0].outputs for j in range(width)]
+
+        with replaced(llm, "generate", generate):
+            generated = self._generate_rows([p for p in group_prompts for _ in range(width)], width, group_prompts[0])
+        budgets = streamed[0].budgets
+        rows = [
+            list(zip(*(column[g * width : g * width + budget] for column in generated)))
+            for g, budget in enumerate(budgets)
+        ]
+        if [[completion_text(row[2]) for row in group] for group in rows] != texts:
+            raise RuntimeError(
+                "TRL decoded the streamed completions differently from the text the stopping rule read (a tokenizer "
+                "that parses responses?); set stream_increments=False to sample in rounds."
+            )
+        # The step waits for the longest chain of increments on any process.
+        chain = torch.tensor([max(streamed[0].increments)], device=self.accelerator.device)
+        self._count_rounds(int(self.accelerator.gather(chain).max().item()))
+        return self._pad_groups(rows)
+
+    def _count_rounds(self, rounds: int) -> None:
+        """Log a generation batch's rounds: its generation calls, or streamed, its longest chain of increments."""
         self.cgrpo_totals["generation_rounds"] += rounds
         self._metrics["train"]["cgrpo/generation_rounds"].append(float(rounds))
-        return self._pad_groups(rows)
 
     def _next_budget(self, outcomes: list, example: dict[str, Any]) -> int:
         """The budget a prompt with these outcomes draws up to in its next round."""
