@@ -144,6 +144,11 @@ def _rounds(paths: list[list[int]], server: bool) -> list[tuple[int, int | list[
     return calls
 
 
+def _increments(paths: list[list[int]]) -> list[tuple[int, int]]:
+    """(rows, rows per prompt) of every request of a streamed batch: one per increment of each prompt."""
+    return [(b - a, b - a) for path in paths for a, b in zip([0, *path], path)]
+
+
 class Recorder:
     """Spies on one trainer: stopping budgets, and batches before padding leaves them."""
 
@@ -169,10 +174,12 @@ class Recorder:
 
         trainer._pad_groups, trainer._drop_padded_rows = spy_pad_groups, spy_drop
 
-    def expected_calls(self, server: bool = False) -> list[tuple]:
-        """(rows, rows per prompt) of every generation call: each step's calibration, then its rounds."""
+    def expected_calls(self, server: bool = False, streamed: bool = False) -> list[tuple]:
+        """(rows, rows per prompt) of every generation call: each step's calibration, then its rounds, or streamed,
+        one call per increment of each prompt."""
         calibration = [(CALIBRATION_BATCH * GRID[-1], GRID[-1])] * (CALIBRATION_EXAMPLES // CALIBRATION_BATCH)
-        return [call for paths in self.paths for call in calibration + _rounds(paths, server)]
+        sampling = _increments if streamed else lambda paths: _rounds(paths, server)
+        return [call for paths in self.paths for call in calibration + sampling(paths)]
 
 
 def _sampling_path(trainer, group: list[tuple]) -> list[int]:
@@ -417,7 +424,8 @@ def server(tmp_path_factory):
             process.kill()
 
 
-def test_server_mode_samples_increments_through_a_real_server(server, data, tmp_path, monkeypatch):
+@pytest.mark.parametrize("stream", [False, True], ids=["rounds", "streamed"])
+def test_server_mode_samples_increments_through_a_real_server(server, data, tmp_path, monkeypatch, stream):
     from trl.generation.vllm_client import VLLMClient
 
     calls, pushed = [], []
@@ -436,11 +444,24 @@ def test_server_mode_samples_increments_through_a_real_server(server, data, tmp_
     monkeypatch.setattr(VLLMClient, "init_communicator", lambda self, device=0: None)
     monkeypatch.setattr(VLLMClient, "update_named_params", record_push)
     monkeypatch.setattr(VLLMClient, "generate", spy_generate)
-    trainer = _trainer(data, tmp_path, use_vllm=True, vllm_mode="server", vllm_server_base_url=server, max_steps=2)
+    trainer = _trainer(
+        data,
+        tmp_path,
+        use_vllm=True,
+        vllm_mode="server",
+        vllm_server_base_url=server,
+        max_steps=2,
+        stream_increments=stream,
+    )
+    assert trainer._streams == stream
     recorder = Recorder(trainer)
     _no_hf_generate(trainer)
     trainer.train()
-    assert calls == recorder.expected_calls(server=True)
+    # Streamed, every increment is its own request, sent from threads in no fixed order, and each group's size is
+    # where the rule stops on its answers (the Recorder replays the rule on them).
+    expected = recorder.expected_calls(server=True, streamed=stream)
+    assert (sorted(calls) if stream else calls) == (sorted(expected) if stream else expected)
+    assert {budget for budgets in recorder.budgets for budget in budgets} - {GRID[0]}
     names = [name for name, _ in trainer.model.named_parameters()]
     assert pushed == [names, names]
     padded = torch.cat([batch["pad"] for batch in recorder.batches])

@@ -22,9 +22,9 @@ from cgrpo.models import load_model, save_plain
 from cgrpo.pipeline import evaluation, vllm_backend
 from cgrpo.pipeline.config_checks import check_config
 from cgrpo.pipeline.evaluation import purpose_seed
-from cgrpo.pipeline.methods import evaluation_spec
+from cgrpo.pipeline.methods import evaluation_spec, train_spec
 from cgrpo.pipeline.sampling import generate_completions, generate_completions_vllm, sampling_options
-from cgrpo.pipeline.specs import method_trainer
+from cgrpo.pipeline.specs import calibration_spec, method_trainer
 from cgrpo.pipeline.splits import make_splits
 from cgrpo.pipeline.tasks import get_task
 from cgrpo.pipeline.vllm_backend import (
@@ -66,6 +66,15 @@ def test_the_override_turns_on_colocated_vllm_with_the_cpu_options_and_vllm_eval
     assert evaluation_spec(config, "grpo_s0_G8", "model", "splits").evaluation["backend"] == "vllm"
     # vLLM's CPU attention rejects the smoke's own model (head size 16): the shipped one has 32.
     assert not config["base_model"]["bootstrap"] and config["base_model"]["path"] == "resources/base_model/arithmetic"
+
+
+def test_only_runs_training_with_vllm_carry_the_streaming_option_in_their_specs():
+    # The option changes nothing with HF generate, so the specs (and cached results) of such runs stay as they were.
+    run, grid = "cgrpo_s0_g2-4-8_dauto_r1", "2-4-8"
+    for paths, streams in (((SMOKE,), None), ((SMOKE, OVERRIDE), True)):
+        config = _planned(*paths)
+        assert train_spec(config, run, "model", "splits", "cal.json").cgrpo.get("stream_increments") is streams
+        assert "stream_increments" not in calibration_spec(config, grid, 0, "model", "splits").cgrpo
 
 
 def test_evaluation_samples_with_hf_generate_unless_told():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from accelerate.utils import gather_object
+from accelerate.utils import broadcast_object_list, gather_object
 from datasets import Dataset
 from trl import GRPOTrainer
 
@@ -43,7 +44,15 @@ from .trainer_checks import (
 )
 from .trainer_state import CGRPOState
 from .user_code import completion_text, normalise_answer, verify
-from .vllm_streaming import Streamed, final_only, replaced, stream_increments, streams_increments
+from .vllm_streaming import (
+    BudgetStream,
+    ServerEngine,
+    colocate_rows,
+    final_only,
+    replaced,
+    server_rows,
+    streams_increments,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +70,8 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
     ...), one generation call (a round) per increment for all prompts still active; with
     `args.skip_impossible_budgets` (the default) a prompt draws straight past the budgets where its rule cannot stop
     whatever it draws (after two different answers, a unanimous stop), so it stops where it would have, in fewer
-    rounds. A generation batch spans
+    rounds. With vLLM and `args.stream_increments` (the default) there are no rounds: each prompt's next increment goes
+    into the engine as soon as its previous one is decided (`cgrpo.vllm_streaming`). A generation batch spans
     `args.steps_per_generation` optimizer steps: one, as in TRL, by default; several with `args.min_generation_prompts`,
     so that these calls cover many prompts (on small batches a call costs its latency, not its rows). A prompt stops at the first budget whose
     conformal prediction set over the answers drawn so far is a single answer (score `"aps"`), or, for the execution
@@ -124,9 +134,10 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
             see `holdout_coverage`); empty with a calibration-free rule.
         cgrpo_totals (`dict[str, float]`): generated rollouts and tokens in training and calibration (all processes),
             groups sampled, throwaway lockstep rollouts (all processes, training and calibration calls), training
-            generation rounds (`generation_rounds`: budget-increment generation calls, the same on every process), seconds
-            spent in training generation and calibration, and the completions whose answer extractor or verifier
-            raised (this process), which count as failed outcomes; with `args.calibration_holdout`, the held-out
+            generation rounds (`generation_rounds`: budget-increment generation calls, the same on every process;
+            streamed on vLLM, the longest chain of increments of any prompt), seconds spent in training generation
+            and calibration, and the completions whose answer extractor or verifier raised (this process), which
+            count as failed outcomes; with `args.calibration_holdout`, the held-out
             diagnostic's own costs, counted nowhere else: `holdout_rollouts`, `holdout_tokens` (all processes),
             `holdout_s` and `holdout_cpu_s` (this process's wall and CPU seconds, children included). The run's wall
             clock includes them.
@@ -406,52 +417,67 @@ class CGRPOTrainer(CalibrationMixin, SupportedGRPOTrainer):
         return self._pad_groups(rows)
 
     def _stream_budgets(self, group_prompts: list, examples: list[dict[str, Any]]):
-        """`_generate_with_budgets` on the colocated vLLM engine, each prompt's increments streamed without rounds.
+        """`_generate_with_budgets` on vLLM, each prompt's increments streamed without rounds (`cgrpo.vllm_streaming`).
 
         One TRL generation call of every prompt at the full width: TRL syncs the weights, tokenizes and builds the
-        sampling parameters, then hands its rows to the engine's `generate`, which this call replaces with
-        `stream_increments` (the one place TRL exposes both the prompts' token ids and its sampling parameters). The
-        rows a prompt did not draw are filled with one of its drawn rows for TRL's decoding, then replaced by padding.
+        sampling parameters, then hands the prompts to the colocated engine's `generate` (or, in server mode, the
+        main process's client's `generate`), which `_stream_hook` replaces with the stream: the one place TRL exposes
+        both the prompts' token ids and its sampling parameters. In server mode the main process decides for the
+        prompts of every process. The rows a prompt did not draw are filled with one of its drawn rows for TRL's
+        decoding, then replaced by padding.
         """
-        width = self.args.max_budget
-        outcomes: list[list] = [[] for _ in group_prompts]
-        texts: list[list[str]] = [[] for _ in group_prompts]
-
-        def decide(i: int, token_ids: list[list[int]]) -> int | None:
-            new = self.processing_class.batch_decode(token_ids, skip_special_tokens=True)
-            texts[i] += new
-            outcomes[i] += self._outcomes(new, examples[i])
-            drawn = len(outcomes[i])
-            if drawn >= width or self._stops(drawn, outcomes[i], examples[i]):
-                return None
-            return self._next_budget(outcomes[i], examples[i])
-
-        llm = self.vllm_generation.llm
-        streamed: list[Streamed] = []
-
-        def generate(prompts, sampling_params, *args, **kwargs):
-            first = [self._next_budget([], example) for example in examples]
-            streamed.append(
-                stream_increments(llm.llm_engine, prompts[::width], final_only(sampling_params), first, decide)
-            )
-            return [rows[min(j, len(rows) - 1)] for rows in streamed[0].outputs for j in range(width)]
-
-        with replaced(llm, "generate", generate):
+        width, server = self.args.max_budget, self.vllm_mode == "server"
+        stream = BudgetStream(
+            gather_object(examples) if server else examples,
+            width,
+            decode=lambda ids: self.processing_class.batch_decode(ids, skip_special_tokens=True),
+            outcomes=self._outcomes,
+            stops=self._stops,
+            next_budget=self._next_budget,
+        )
+        owner, replacement = self._stream_hook(stream, server)
+        with replaced(owner, "generate", replacement) if owner is not None else contextlib.nullcontext():
             generated = self._generate_rows([p for p in group_prompts for _ in range(width)], width, group_prompts[0])
-        budgets = streamed[0].budgets
+        plan = [stream.plan()]
+        if server:
+            broadcast_object_list(plan, from_process=0)
+            rank = self.accelerator.process_index
+            plan[0] = plan[0].part(rank * len(examples), (rank + 1) * len(examples))
         rows = [
             list(zip(*(column[g * width : g * width + budget] for column in generated)))
-            for g, budget in enumerate(budgets)
+            for g, budget in enumerate(plan[0].budgets)
         ]
-        if [[completion_text(row[2]) for row in group] for group in rows] != texts:
+        if [[completion_text(row[2]) for row in group] for group in rows] != plan[0].texts:
             raise RuntimeError(
                 "TRL decoded the streamed completions differently from the text the stopping rule read (a tokenizer "
                 "that parses responses?); set stream_increments=False to sample in rounds."
             )
         # The step waits for the longest chain of increments on any process.
-        chain = torch.tensor([max(streamed[0].increments)], device=self.accelerator.device)
+        chain = torch.tensor([plan[0].chain], device=self.accelerator.device)
         self._count_rounds(int(self.accelerator.gather(chain).max().item()))
         return self._pad_groups(rows)
+
+    def _stream_hook(self, stream: BudgetStream, server: bool) -> tuple[Any, Callable | None]:
+        """The object whose `generate` TRL calls with the prompts' token ids, and the stream that replaces it (None on
+        the processes of server mode other than the main one, which have no client)."""
+        width = self.args.max_budget
+        if not server:
+            llm = self.vllm_generation.llm
+
+            def colocated(prompts, sampling_params, *args, **kwargs):
+                return colocate_rows(stream.run(llm.llm_engine, prompts[::width], final_only(sampling_params)), width)
+
+            return llm, colocated
+        if not self.accelerator.is_main_process:
+            return None, None
+        client = self.vllm_generation.vllm_client
+        generate = client.generate
+
+        def served(prompts, features=None, n=1, **sampling):
+            with ServerEngine(generate, sampling) as engine:
+                return server_rows(stream.run(engine, prompts, None), prompts, width)
+
+        return client, served
 
     def _count_rounds(self, rounds: int) -> None:
         """Log a generation batch's rounds: its generation calls, or streamed, its longest chain of increments."""

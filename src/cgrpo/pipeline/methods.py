@@ -19,6 +19,7 @@ from ..stopping import get_rule, rule_names
 from .specs import (
     EvaluationSpec,
     TrainSpec,
+    cgrpo_options,
     evaluation_grid,
     evaluation_settings,
     format_delta,
@@ -444,6 +445,8 @@ def train_spec(config: Config, run: str, model: str, splits: str, calibration: s
     if method.calibrated and calibration is None:
         raise ValueError(f"Run {run!r} starts from an initial calibration; pass its thresholds.json.")
     fields = {"trainer": method_trainer(config, method.section), **method.spec_fields(config, name, calibration)}
+    if "cgrpo" in fields:
+        fields["cgrpo"] = cgrpo_options(fields["cgrpo"], fields["trainer"])
     return TrainSpec(
         run=run,
         method=name.method,

@@ -204,6 +204,16 @@ def method_trainer(config: Mapping[str, Any], section: str | None) -> dict[str, 
     return {**config["training"], **config[section]["trainer"]}
 
 
+def cgrpo_options(options: Mapping[str, Any], trainer: Mapping[str, Any]) -> dict[str, Any]:
+    """C-GRPO's trainer options as a job's spec holds them: `stream_increments` only where the job trains with vLLM,
+    the one place it changes anything, so that the specs (and cached results) of every other job stay as they were
+    before the option existed."""
+    options = dict(options)
+    if not trainer.get("use_vllm"):
+        options.pop("stream_increments", None)
+    return options
+
+
 def task_spec(config: Mapping[str, Any]) -> dict[str, Any]:
     """The task's name and factory options, as every spec carries them."""
     return {"name": config["task"]["name"], "options": dict(config["task"]["options"])}
@@ -240,7 +250,8 @@ def calibration_spec(config: Mapping[str, Any], grid: str, seed: int, model: str
         task=task_spec(config),
         budget_grid=parse_grid(grid),
         seed=int(seed),
-        cgrpo=dict(config["cgrpo"]["options"]),
+        # Calibration samples whole groups in one call: it never streams.
+        cgrpo=cgrpo_options(config["cgrpo"]["options"], {}),
         trainer=method_trainer(config, "cgrpo"),
         peft=config["peft"],
     )
