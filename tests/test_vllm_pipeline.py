@@ -77,6 +77,23 @@ def test_only_runs_training_with_vllm_carry_the_streaming_option_in_their_specs(
         assert "stream_increments" not in calibration_spec(config, grid, 0, "model", "splits").cgrpo
 
 
+def test_the_calibration_job_alone_samples_with_vllm_when_told():
+    config = _planned(SMOKE)
+    # Unset, the calibration samples as C-GRPO's training does, and its spec is what it was before the option.
+    assert calibration_spec(config, "2-4-8", 0, "m", "s").trainer == method_trainer(config, "cgrpo")
+    config["cgrpo"]["calibration_backend"] = "vllm"
+    trainer = calibration_spec(config, "2-4-8", 0, "m", "s").trainer
+    assert trainer == {**method_trainer(config, "cgrpo"), "use_vllm": True, "vllm_mode": "colocate", **CPU_OPTIONS}
+    assert uses_vllm({"trainer": trainer})
+    assert not train_spec(config, "cgrpo_s0_g2-4-8_dauto_r1", "m", "s", "cal.json").trainer.get("use_vllm")
+    # Off CPU the engine keeps TRL's options.
+    config["training"]["use_cpu"] = False
+    assert "vllm_gpu_memory_utilization" not in calibration_spec(config, "2-4-8", 0, "m", "s").trainer
+    config["cgrpo"]["calibration_backend"] = "vllms"
+    with pytest.raises(Exception, match="vllms"):
+        validate(config, schema=str(SCHEMA))
+
+
 def test_evaluation_samples_with_hf_generate_unless_told():
     config = _planned(SMOKE)
     assert evaluation_spec(config, "base", "model", "splits").evaluation["backend"] == "hf"
@@ -186,6 +203,9 @@ def test_a_run_that_needs_vllm_where_it_is_missing_stops_before_its_first_job(tm
     with pytest.raises(ValueError, match="sets use_vllm and evaluation.backend: vllm, but vLLM is not installed"):
         check_vllm_installed(with_vllm)
     check_vllm_installed(without)
+    without["cgrpo"]["calibration_backend"] = "vllm"
+    with pytest.raises(ValueError, match="sets cgrpo.calibration_backend: vllm, but vLLM is not installed"):
+        check_vllm_installed(without)
     monkeypatch.undo()
     # A dry run plans it anywhere (above); a run fails at once, with the fix, before any job.
     if importlib.util.find_spec("vllm") is not None:
@@ -194,7 +214,9 @@ def test_a_run_that_needs_vllm_where_it_is_missing_stops_before_its_first_job(tm
 
     (tmp_path / "resources").symlink_to(REPO / "resources")
     result = snakemake(tmp_path, "--cores", "1", "--configfile", str(SMOKE), str(OVERRIDE))
-    assert result.returncode != 0 and "hf_evaluation.yaml for evaluation" in result.stdout, result.stdout[-3000:]
+    assert result.returncode != 0 and "hf_generate.yaml for calibration and evaluation" in result.stdout, result.stdout[
+        -3000:
+    ]
     assert not (tmp_path / "results" / "vllm_cpu" / "base_model").exists()
 
 
@@ -319,3 +341,32 @@ def test_vllm_evaluates_a_lora_adapter_as_hf_generate_does(engine, tmp_path, mon
     assert with_vllm == with_hf
     # Otherwise an engine that dropped the adapter would pass.
     assert with_hf != base
+
+
+@pytest.mark.vllm
+def test_the_calibration_job_samples_an_adapter_with_a_colocated_engine(vllm_installed, tmp_path, monkeypatch):
+    from test_plain_checkpoints import _adapter
+
+    from cgrpo.pipeline import runs, trainers
+
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))
+    _adapter(str(SHIPPED), tmp_path / "adapter")
+    config = _planned(SMOKE)
+    config["cgrpo"]["calibration_backend"] = "vllm"
+    task = get_task("arithmetic", **config["task"]["options"])
+    make_splits(task.load(), tmp_path / "splits", sizes={"train": 4, "calibration": 8, "eval": 2}, seed=0)
+    spec = calibration_spec(config, "2-4-8", 0, str(tmp_path / "adapter"), str(tmp_path / "splits"))
+    built, saved = [], []
+    monkeypatch.setattr(
+        vllm_backend, "save_plain", lambda model, folder: saved.append(folder) or save_plain(model, folder)
+    )
+    build = trainers.calibration_trainer
+    monkeypatch.setattr(trainers, "calibration_trainer", lambda *args: built.append(build(*args)) or built[-1])
+    runs.calibrate_initial(spec.to_dict(), tmp_path / "calibration")
+    record = json.loads((tmp_path / "calibration" / "thresholds.json").read_text())
+    assert record["rollouts"] == 8 * 8 and record["tokens"] > 0
+    assert {k: len(scores) for k, scores in record["scores"].items()} == {"2": 8, "4": 8, "8": 8}
+    # The engine and the policy loaded the adapter merged into a plain copy, deleted once the trainer was built.
+    (trainer,) = built
+    assert trainer.use_vllm and trainer.vllm_generation.llm is not None
+    assert len(saved) == 1 and not Path(saved[0]).exists() and trainer.model.name_or_path == saved[0]

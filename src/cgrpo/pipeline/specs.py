@@ -20,6 +20,7 @@ from typing import Any
 
 from ..models import GGUF_SUFFIX, model_location
 from ..user_code import VERIFIER_TIMEOUT_S
+from ..vllm_colocate import CPU_OPTIONS
 from .tasks.files import hub_offline
 
 __all__ = [
@@ -252,9 +253,19 @@ def calibration_spec(config: Mapping[str, Any], grid: str, seed: int, model: str
         seed=int(seed),
         # Calibration samples whole groups in one call: it never streams.
         cgrpo=cgrpo_options(config["cgrpo"]["options"], {}),
-        trainer=method_trainer(config, "cgrpo"),
+        trainer=calibration_trainer_options(config),
         peft=config["peft"],
     )
+
+
+def calibration_trainer_options(config: Mapping[str, Any]) -> dict[str, Any]:
+    """`GRPOConfig` options of the calibration job: C-GRPO's, with a colocated vLLM engine (on vLLM's CPU options where
+    training runs on CPU) when `cgrpo.calibration_backend` is vllm."""
+    trainer = method_trainer(config, "cgrpo")
+    if config["cgrpo"].get("calibration_backend", "training") != "vllm":
+        return trainer
+    engine = {"use_vllm": True, "vllm_mode": "colocate"}
+    return {**trainer, **engine, **(CPU_OPTIONS if trainer.get("use_cpu") else {})}
 
 
 def evaluation_settings(config: Mapping[str, Any], trainer: Mapping[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ and, for a method that starts from the pipeline's initial calibration, that cali
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,18 @@ def ablation_trainer(spec: TrainSpec, output_dir: Path, initial: None = None):
 
 
 def calibration_trainer(spec: CalibrationSpec, output_dir: Path):
-    """A C-GRPO trainer for the initial calibration of `spec.budget_grid` (automatic delta; it never trains)."""
-    return _cgrpo_trainer(spec, output_dir, "auto", 0, None)
+    """A C-GRPO trainer for the initial calibration of `spec.budget_grid` (automatic delta; it never trains).
+
+    With a colocated vLLM engine (`spec.trainer["use_vllm"]`) a GGUF checkpoint or an adapter, which TRL's engine
+    cannot read by name, is loaded from a plain copy deleted once the trainer is built: calibration saves no model
+    that would name the copy as its base.
+    """
+    if not spec.trainer.get("use_vllm"):
+        return _cgrpo_trainer(spec, output_dir, "auto", 0, None)
+    from .vllm_backend import plain_copy
+
+    with plain_copy(spec.model) as model:
+        return _cgrpo_trainer(replace(spec, model=model), output_dir, "auto", 0, None)
 
 
 def grpo_trainer(spec: TrainSpec, output_dir: Path, initial: None = None) -> TimedGRPOTrainer:

@@ -9,7 +9,8 @@ import importlib.util
 import os
 import socket
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from ..models import is_plain, save_plain
@@ -36,13 +37,15 @@ def check_vllm_installed(config: Mapping[str, Any]) -> None:
     wanted = []
     if any(trainer.get("use_vllm") for trainer in trainers):
         wanted.append("use_vllm")
+    if config["cgrpo"].get("calibration_backend") == "vllm":
+        wanted.append("cgrpo.calibration_backend: vllm")
     if config["evaluation"].get("backend") == "vllm":
         wanted.append("evaluation.backend: vllm")
     if wanted and importlib.util.find_spec("vllm") is None:
         raise ValueError(
             f"The config sets {' and '.join(wanted)}, but vLLM is not installed in this environment: run it in the "
             'vLLM environment (docs/clusters.md, "vLLM"), or sample with HF generate instead '
-            "(config/overrides/hf_evaluation.yaml for evaluation)."
+            "(config/overrides/hf_generate.yaml for calibration and evaluation)."
         )
 
 
@@ -90,14 +93,19 @@ def load_llm(model: str, enforce_eager: bool | None = None):
             # (4,096) crashed. Whole prefills only.
             enable_chunked_prefill=False,
         )
-    if is_plain(model):
-        return _engine(model, options)
-    with tempfile.TemporaryDirectory(prefix="cgrpo-vllm-") as folder:
-        save_plain(model, folder)
-        return _engine(folder, options)
-
-
-def _engine(model: str, options: dict[str, Any]):
     from vllm import LLM
 
-    return LLM(model=model, **options)
+    with plain_copy(model) as folder:
+        return LLM(model=folder, **options)
+
+
+@contextmanager
+def plain_copy(model: str) -> Iterator[str]:
+    """`model` itself where vLLM reads it, else a plain copy of it (see `cgrpo.models.save_plain`) in a scratch folder
+    that lasts as long as the context: for an engine to load, which it does once."""
+    if is_plain(model):
+        yield model
+        return
+    with tempfile.TemporaryDirectory(prefix="cgrpo-vllm-") as folder:
+        save_plain(model, folder)
+        yield folder
