@@ -214,9 +214,8 @@ def test_a_run_that_needs_vllm_where_it_is_missing_stops_before_its_first_job(tm
 
     (tmp_path / "resources").symlink_to(REPO / "resources")
     result = snakemake(tmp_path, "--cores", "1", "--configfile", str(SMOKE), str(OVERRIDE))
-    assert result.returncode != 0 and "hf_generate.yaml for calibration and evaluation" in result.stdout, result.stdout[
-        -3000:
-    ]
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert "hf_generate.yaml for calibration and evaluation" in result.stdout, result.stdout[-3000:]
     assert not (tmp_path / "results" / "vllm_cpu" / "base_model").exists()
 
 
