@@ -20,7 +20,7 @@ from snakemake.utils import update_config, validate
 
 from cgrpo.models import load_model, save_plain
 from cgrpo.pipeline import evaluation, vllm_backend
-from cgrpo.pipeline.config_checks import check_config
+from cgrpo.pipeline.config_checks import ConfigError, check_config
 from cgrpo.pipeline.evaluation import purpose_seed
 from cgrpo.pipeline.methods import evaluation_spec, train_spec
 from cgrpo.pipeline.sampling import generate_completions, generate_completions_vllm, sampling_options
@@ -89,6 +89,10 @@ def test_the_calibration_job_alone_samples_with_vllm_when_told():
     # Off CPU the engine keeps TRL's options.
     config["training"]["use_cpu"] = False
     assert "vllm_gpu_memory_utilization" not in calibration_spec(config, "2-4-8", 0, "m", "s").trainer
+    # TRL's colocated engine seeds itself alike in every run, so one calibration per seed would be one draw.
+    config["cgrpo"]["calibrate_per_seed"] = True
+    with pytest.raises(ConfigError, match="calibrate_per_seed and cgrpo.calibration_backend: vllm do not go together"):
+        check_config(config)
     config["cgrpo"]["calibration_backend"] = "vllms"
     with pytest.raises(Exception, match="vllms"):
         validate(config, schema=str(SCHEMA))
