@@ -86,6 +86,10 @@ def test_the_calibration_job_alone_samples_with_vllm_when_told():
     assert trainer == {**method_trainer(config, "cgrpo"), "use_vllm": True, "vllm_mode": "colocate", **CPU_OPTIONS}
     assert uses_vllm({"trainer": trainer})
     assert not train_spec(config, "cgrpo_s0_g2-4-8_dauto_r1", "m", "s", "cal.json").trainer.get("use_vllm")
+    # A vLLM option the config sets is kept over the CPU default.
+    config["training"]["vllm_max_model_length"] = 512
+    assert calibration_spec(config, "2-4-8", 0, "m", "s").trainer["vllm_max_model_length"] == 512
+    del config["training"]["vllm_max_model_length"]
     # Off CPU the engine keeps TRL's options.
     config["training"]["use_cpu"] = False
     assert "vllm_gpu_memory_utilization" not in calibration_spec(config, "2-4-8", 0, "m", "s").trainer

@@ -259,13 +259,14 @@ def calibration_spec(config: Mapping[str, Any], grid: str, seed: int, model: str
 
 
 def calibration_trainer_options(config: Mapping[str, Any]) -> dict[str, Any]:
-    """`GRPOConfig` options of the calibration job: C-GRPO's, with a colocated vLLM engine (on vLLM's CPU options where
-    training runs on CPU) when `cgrpo.calibration_backend` is vllm."""
+    """`GRPOConfig` options of the calibration job: C-GRPO's, with a colocated vLLM engine when
+    `cgrpo.calibration_backend` is vllm; where training runs on CPU, vLLM's CPU options fill the `vllm_*` keys the
+    config leaves unset (`vllm_max_model_length`: 256 tokens of prompt and completion, unless set)."""
     trainer = method_trainer(config, "cgrpo")
     if config["cgrpo"].get("calibration_backend", "training") != "vllm":
         return trainer
-    engine = {"use_vllm": True, "vllm_mode": "colocate"}
-    return {**trainer, **engine, **(CPU_OPTIONS if trainer.get("use_cpu") else {})}
+    cpu = {key: value for key, value in CPU_OPTIONS.items() if key not in trainer} if trainer.get("use_cpu") else {}
+    return {**trainer, **cpu, "use_vllm": True, "vllm_mode": "colocate"}
 
 
 def evaluation_settings(config: Mapping[str, Any], trainer: Mapping[str, Any]) -> dict[str, Any]:
