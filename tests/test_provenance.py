@@ -103,6 +103,21 @@ def test_the_first_config_claims_the_folder_and_another_is_refused(tmp_path):
     claim_experiment_folder(folder, other)
 
 
+def test_a_dry_run_checks_the_folder_but_records_nothing(tmp_path):
+    folder = tmp_path / "results" / "smoke"
+    config = resolved()
+    claim_experiment_folder(folder, config, record=False)
+    assert not (folder / RECORD).exists()
+    claim_experiment_folder(folder, config)
+    recorded = (folder / RECORD).read_text()
+    other = copy.deepcopy(config)
+    other["training"]["learning_rate"] = 5e-5
+    with pytest.raises(ConfigError, match="holds the results of another config"):
+        claim_experiment_folder(folder, other, record=False)
+    claim_experiment_folder(folder, {**other, "replace_results": True}, record=False)
+    assert (folder / RECORD).read_text() == recorded
+
+
 def test_a_key_the_schema_gained_since_the_record_is_not_a_change(tmp_path):
     folder = tmp_path / "results" / "smoke"
     config = resolved()

@@ -37,6 +37,12 @@ def dry_run(workdir: Path, *configfiles: Path, config: tuple[str, ...] = ()):
     return snakemake(workdir, "-n", "--cores", "1", "--configfile", str(SMOKE), *map(str, configfiles), *extra)
 
 
+def touch_run(workdir: Path, *configfiles: Path, config: tuple[str, ...] = ()):
+    """A run that marks the planned jobs done without running them: it records the config, as any run does."""
+    extra = ("--config", *config) if config else ()
+    return snakemake(workdir, "--touch", "--cores", "1", "--configfile", str(SMOKE), *map(str, configfiles), *extra)
+
+
 def scheduled(result) -> dict[str, int]:
     """Jobs per rule that a successful dry run plans (without the target rule `all`)."""
     assert result.returncode == 0, result.stdout[-5000:]
@@ -73,6 +79,9 @@ def finished_smoke(tmp_path_factory) -> Path:
             path.write_text(json.dumps({"num_generations": MATCHED_G}) if path.parent.name == "matched" else "")
     else:
         pytest.fail(f"the dry runs kept planning new outputs: {missing}")
+    # A dry run records no config; a run does, and marking the jobs done (--touch) is one.
+    touched = touch_run(workdir)
+    assert touched.returncode == 0, touched.stdout[-5000:]
     # Snakemake reruns a job only for an input strictly newer than its outputs.
     now = time.time()
     for path in (workdir / "results").rglob("*"):
@@ -145,10 +154,15 @@ def test_another_config_is_refused_in_a_folder_with_results_until_it_takes_the_f
     assert record.read_text() == recorded and spec_times(tree) == specs
 
     assert scheduled(dry_run(tree, lower, config=("replace_results=True",)))
+    # A dry run changes no result, so it does not take the folder over.
+    assert record.read_text() == recorded
+    assert dry_run(tree, lower).returncode != 0
+    taken = touch_run(tree, lower, config=("replace_results=True",))
+    assert taken.returncode == 0, taken.stdout[-5000:]
     # Taken over: the record is the new config (the flag is not part of it), and now the old one is refused.
     assert yaml.safe_load(record.read_text())["training"]["learning_rate"] == 5.0e-5
     assert "replace_results" not in yaml.safe_load(record.read_text())
-    assert scheduled(dry_run(tree, lower))
+    assert dry_run(tree, lower).returncode == 0
     back = dry_run(tree)
     assert back.returncode != 0 and f"{REFUSED} (training.learning_rate: 5e-05 -> 0.0001;" in back.stdout
 
@@ -157,10 +171,12 @@ def test_overrides_in_another_order_do_not_write_into_the_folder_they_name(tmp_p
     workdir = workdir_like_repo(tmp_path)
     long, one_step = OVERRIDES / "long.yaml", OVERRIDES / "one_step_generation.yaml"
 
-    def plan(*configfiles: Path):
-        return snakemake(workdir, "-n", "--cores", "1", "--configfile", str(EMBEDDED), *map(str, configfiles))
+    def plan(*configfiles: Path, run: tuple[str, ...] = ("-n",)):
+        return snakemake(workdir, *run, "--cores", "1", "--configfile", str(EMBEDDED), *map(str, configfiles))
 
-    assert plan(long).returncode == 0
+    # A run records its config, here one of the first two jobs alone; a dry run only checks it.
+    first = plan(long, run=("--until", "split"))
+    assert first.returncode == 0, first.stdout[-5000:]
     # long.yaml last names the folder, but one_step_generation.yaml before it changed the schedule.
     swapped = plan(one_step, long)
     assert swapped.returncode != 0

@@ -45,7 +45,10 @@ def schema_defaults(record):
 
 
 try:
-    provenance.claim_experiment_folder(f"results/{config['experiment']}", config, schema_defaults)
+    # A dry run plans (and writes the specs it compares) but changes no result, so it does not take the folder over.
+    provenance.claim_experiment_folder(
+        f"results/{config['experiment']}", config, schema_defaults, record=not workflow.output_settings.dryrun
+    )
 except ConfigError as error:
     raise WorkflowError(str(error)) from None
 

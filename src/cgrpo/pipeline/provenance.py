@@ -8,8 +8,8 @@ config reruns nothing. Snakemake's own `params` trigger is not enough: it ignore
 input, and it needs the records in `.snakemake/`, which a copied or cleaned tree lacks.
 
 `results/<experiment>/config.yaml` records the resolved config that the folder's results come from
-(:func:`claim_experiment_folder`): the first plan of a folder writes it, and planning another config into the same
-folder stops, naming the keys that differ, unless `replace_results` is set. An override that leaves `experiment`
+(:func:`claim_experiment_folder`): the first run of a folder writes it (a dry run writes nothing), and planning
+another config into the same folder stops, naming the keys that differ, unless `replace_results` is set. An override that leaves `experiment`
 alone, or config files given in another order, then cannot replace another experiment's results unasked.
 """
 
@@ -105,13 +105,14 @@ def claim_experiment_folder(
     folder: str | Path,
     config: Mapping[str, Any],
     fill_defaults: Callable[[dict[str, Any]], None] | None = None,
+    record: bool = True,
 ) -> None:
     """Record `config` in `folder`/config.yaml as the config its results come from; raise ConfigError when the
     folder records another one and `replace_results` is not set.
 
     `fill_defaults` gives the recorded config, in place, the defaults of keys the schema gained since it was written,
     so that they do not count as changes. With `replace_results` set, `config` takes the folder over: its record is
-    replaced, and the jobs whose specs changed rerun.
+    replaced, and the jobs whose specs changed rerun. `record=False` (a dry run, which changes no result) only checks.
     """
     folder = Path(folder)
     path = folder / RECORD
@@ -133,4 +134,5 @@ def claim_experiment_folder(
             )
         if path.read_text() == text:
             return
-    _write_atomically(path, text)
+    if record:
+        _write_atomically(path, text)
