@@ -10,15 +10,17 @@ default experiment's size (0.4M parameters, completions to `--max-completion-len
   two answers differ; without it, it visits every budget.
 
 Each C-GRPO run calibrates once, on `--calibration-prompts` prompts, inside `train()`: its wall clock includes the
-calibration (`ratio_without_calibration` leaves its seconds out). Runs are interleaved over `--repeats` and the median
-is reported, with the rounds per step (generation calls of the budget sampler) and the ratio to GRPO's median. A
-least-squares fit of the seconds per step (calibration left out) on rounds and rollouts per step is the cost model of
-docs/trainer.md, "Rounds and what they cost". `trl-cgrpo`, the published peer, is not installed here
-(the project may not use its code), so its column is left out.
+calibration (`calibration_s_median`; `ratio_without_calibration` leaves its seconds out). The calibration is a fixed
+cost (prompts x max(grid) rollouts) that GRPO does not pay, so its share of the ratio falls with `--steps`. Runs are
+interleaved over `--repeats` and the median is reported, with the rounds per step (generation calls of the budget
+sampler) and the ratio to GRPO's median. With both regimes, a least-squares fit of the seconds per step (calibration
+left out) on rounds and rollouts per step is the cost model of docs/trainer.md, "Rounds and what they cost".
+`trl-cgrpo`, the published peer, is not installed here (the project may not use its code), so its column is left out.
 
-Run (offline, CPU; about 2 minutes on 2 cores), from the repository root::
+Run (offline, CPU; about 2 minutes and 1 minute on 2 cores), from the repository root::
 
     HF_HUB_OFFLINE=1 python benchmarks/rounds.py --repeats 5 --out results/reference/rounds
+    HF_HUB_OFFLINE=1 python benchmarks/rounds.py --regimes stop2 --steps 24 --repeats 5 --out results/reference/rounds/stop2_24_steps
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from cgrpo import CGRPOConfig, CGRPOTrainer
 from cgrpo.pipeline.bootstrap import BootstrapSettings, build_model, train_tokenizer
 
 GRID = CGRPOConfig.__dataclass_fields__["budget_grid"].default_factory()
+REGIMES = ("stop2", "walk")
 
 
 def parse_args() -> argparse.Namespace:
@@ -50,6 +53,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-completion-length", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--regimes", nargs="+", choices=REGIMES, default=list(REGIMES), help="the regimes to run")
     parser.add_argument("--out", type=Path, help="folder for rounds.csv; printed only when left out")
     return parser.parse_args()
 
@@ -132,6 +136,7 @@ def measure(args, model: str) -> pd.DataFrame:
         ("walk", "C-GRPO", lambda: cgrpo_trainer(args, model, "walk", True)),
         ("walk", "C-GRPO, every budget", lambda: cgrpo_trainer(args, model, "walk", False)),
     ]
+    runs = [run for run in runs if run[0] in args.regimes]
     seconds: dict[tuple[str, str], list[tuple[float, float]]] = {}
     rounds: dict[tuple[str, str], float] = {}
     for repeat in range(args.repeats + 1):  # the first pass warms up and is not counted
@@ -158,6 +163,7 @@ def measure(args, model: str) -> pd.DataFrame:
                 "wall_s_max": round(max(w for w, _ in walls), 2),
                 "ratio_to_grpo": round(median / reference, 3),
                 "ratio_without_calibration": round(statistics.median(t for _, t in walls) / reference, 3),
+                "calibration_s_median": round(statistics.median(w - t for w, t in walls), 3),
                 "rounds_per_step": rounds[(regime, name)],
                 "rollouts_per_step": args.prompts_per_step * (GRID[0] if regime == "stop2" else GRID[-1]),
                 "seconds_per_step": round(statistics.median(t for _, t in walls) / args.steps, 4),
@@ -179,16 +185,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         table = measure(args, random_model(Path(folder) / "model", args.seed))
     print(table.to_string(index=False))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out / "rounds.csv", index=False)
+        print(f"wrote {args.out / 'rounds.csv'}")
+    # The fit needs both regimes: stop2 alone varies neither rounds nor rollouts.
+    if set(args.regimes) != set(REGIMES):
+        return
     fit = cost_model(table)
     print(
         "cost model: seconds per step = {s_per_step:.4f} + {s_per_round:.4f} x rounds + {s_per_rollout:.5f} x "
         "rollouts".format(**fit)
     )
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.out / "rounds.csv", index=False)
         pd.DataFrame([fit]).to_csv(args.out / "rounds_cost_model.csv", index=False)
-        print(f"wrote {args.out / 'rounds.csv'} and {args.out / 'rounds_cost_model.csv'}")
+        print(f"wrote {args.out / 'rounds_cost_model.csv'}")
 
 
 if __name__ == "__main__":

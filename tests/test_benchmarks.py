@@ -134,6 +134,23 @@ def test_the_rounds_regimes_stop_where_they_say_in_as_many_rounds(
     assert trainer.cgrpo_totals["generation_rounds"] == rounds * args.steps
 
 
+def test_the_rounds_table_times_the_calibration_apart_in_the_regimes_asked_for(rounds_script, tiny_model_dir):
+    args = argparse.Namespace(
+        prompts_per_step=2,
+        steps=2,
+        calibration_prompts=2,
+        max_completion_length=4,
+        seed=0,
+        repeats=1,
+        regimes=["stop2"],
+    )
+    table = rounds_script.measure(args, tiny_model_dir).set_index("trainer")
+    assert list(table.index) == ["GRPO G = 2", "C-GRPO"]
+    assert table.loc["GRPO G = 2", "calibration_s_median"] == 0.0
+    assert table.loc["C-GRPO", "calibration_s_median"] > 0.0
+    assert table.loc["C-GRPO", "ratio_to_grpo"] > table.loc["C-GRPO", "ratio_without_calibration"]
+
+
 def test_the_cost_model_recovers_seconds_per_round_and_per_rollout(rounds_script):
     table = pd.DataFrame({"rounds_per_step": [1, 1, 1, 2, 5], "rollouts_per_step": [8, 8, 128, 128, 128]})
     table["seconds_per_step"] = 0.1 + 0.05 * table["rounds_per_step"] + 0.002 * table["rollouts_per_step"]
