@@ -101,7 +101,8 @@ def build(args) -> tuple[CGRPOTrainer, list[dict]]:
     if args.backend == "vllm":
         from cgrpo.vllm_colocate import CPU_OPTIONS
 
-        # The few-shot prompt (194-196 tokens) and a 48-token completion leave CPU_OPTIONS' 256 12 tokens to spare.
+        # The few-shot prompt (194-196 tokens) and a 48-token completion fit CPU_OPTIONS' 256 with 12 tokens to spare;
+        # 512 leaves room for a config with longer completions.
         options.update(use_vllm=True, vllm_mode="colocate", **{**CPU_OPTIONS, "vllm_max_model_length": 512})
     trainer = CGRPOTrainer(
         model=args.model,

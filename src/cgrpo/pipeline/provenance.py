@@ -9,8 +9,9 @@ input, and it needs the records in `.snakemake/`, which a copied or cleaned tree
 
 `results/<experiment>/config.yaml` records the resolved config that the folder's results come from
 (:func:`claim_experiment_folder`): the first run of a folder writes it (a dry run writes nothing), and planning
-another config into the same folder stops, naming the keys that differ, unless `replace_results` is set. An override that leaves `experiment`
-alone, or config files given in another order, then cannot replace another experiment's results unasked.
+another config into the same folder stops, naming the keys that differ, unless `replace_results` is set. An override
+that leaves `experiment` alone, or config files given in another order, then cannot replace another experiment's
+results unasked.
 """
 
 from __future__ import annotations
