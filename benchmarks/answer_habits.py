@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from cgrpo.pipeline.sampling import generate_completions
-from cgrpo.pipeline.splits import load_split
+from cgrpo.pipeline.jobs.sampling import generate_completions
 from cgrpo.pipeline.tasks import extract_answer, get_task, normalize_number, parse_gold
+from cgrpo.pipeline.tasks.splits import load_split
 
 UNIT_ANSWER = re.compile(r"####\s*(\S+)\s+[A-Za-z]+\s*$")
 

@@ -5,7 +5,7 @@ Run (offline, 2 threads), from the repository root::
     HF_HUB_OFFLINE=1 python benchmarks/base_model.py --output-dir results/base_model --threads 2
 
 Add ``--load`` to measure an existing model instead of bootstrapping, and ``--set key=value`` to
-override :class:`cgrpo.pipeline.bootstrap.BootstrapSettings` fields (e.g. ``--set num_examples=8000``).
+override :class:`cgrpo.pipeline.jobs.base_model.BootstrapSettings` fields (e.g. ``--set num_examples=8000``).
 Prints the parameter count, bootstrap wall time, greedy accuracy, majority-vote accuracy over the
 first 8 samples and pass@k at the given temperature, overall and per (operations, size) group.
 
@@ -30,11 +30,11 @@ from datasets import Dataset
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from cgrpo.pipeline.bootstrap import SETTINGS_FILE, BootstrapSettings, bootstrap_base_model, sft_problems
-from cgrpo.pipeline.sampling import generate_completions
-from cgrpo.pipeline.splits import content_hash
+from cgrpo.pipeline.jobs.base_model import SETTINGS_FILE, BootstrapSettings, bootstrap_base_model, sft_problems
+from cgrpo.pipeline.jobs.sampling import generate_completions
 from cgrpo.pipeline.tasks import get_task
 from cgrpo.pipeline.tasks.arithmetic import generate_problems
+from cgrpo.pipeline.tasks.splits import content_hash
 
 
 def parse_args() -> argparse.Namespace:

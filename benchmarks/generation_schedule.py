@@ -53,10 +53,10 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from cgrpo import CGRPOConfig, CGRPOTrainer  # noqa: E402
 from cgrpo.calibration import Thresholds  # noqa: E402
-from cgrpo.pipeline.bootstrap import BootstrapSettings, build_model, train_tokenizer  # noqa: E402
-from cgrpo.pipeline.timing import TimedGRPOTrainer, generation_seconds  # noqa: E402
-from cgrpo.pipeline.vllm_backend import CPU_KV_CACHE_GIB  # noqa: E402
-from cgrpo.vllm_colocate import CPU_OPTIONS  # noqa: E402
+from cgrpo.pipeline.jobs.base_model import BootstrapSettings, build_model, train_tokenizer  # noqa: E402
+from cgrpo.pipeline.jobs.timing import TimedGRPOTrainer, generation_seconds  # noqa: E402
+from cgrpo.pipeline.jobs.vllm_backend import CPU_KV_CACHE_GIB  # noqa: E402
+from cgrpo.support.vllm_colocate import CPU_OPTIONS  # noqa: E402
 
 GRID = [2, 4, 8, 16, 32]
 # name -> (hidden size, intermediate size, layers, heads): the default experiment's model and an 11M-parameter one.

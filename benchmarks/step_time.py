@@ -23,7 +23,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from cgrpo import CGRPOConfig, CGRPOTrainer
-from cgrpo.pipeline.bootstrap import bootstrap_base_model
+from cgrpo.pipeline.jobs.base_model import bootstrap_base_model
 
 
 def update_seconds(trainer) -> list[float]:

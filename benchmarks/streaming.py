@@ -99,7 +99,7 @@ def build(args) -> tuple[CGRPOTrainer, list[dict]]:
         **{key: CONFIG["cgrpo"]["options"][key] for key in ("score", "delta_margin", "split_delta")},
     )
     if args.backend == "vllm":
-        from cgrpo.vllm_colocate import CPU_OPTIONS
+        from cgrpo.support.vllm_colocate import CPU_OPTIONS
 
         # The few-shot prompt (194-196 tokens) and a 48-token completion fit CPU_OPTIONS' 256 with 12 tokens to spare;
         # 512 leaves room for a config with longer completions.

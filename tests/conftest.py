@@ -78,8 +78,8 @@ TINY_BOOTSTRAP = dict(
 
 @pytest.fixture(scope="session")
 def bootstrapped_model_dir(tmp_path_factory):
-    """A base model built by `cgrpo.pipeline.bootstrap.bootstrap_base_model` on a tiny budget."""
-    from cgrpo.pipeline.bootstrap import bootstrap_base_model
+    """A base model built by `cgrpo.pipeline.jobs.base_model.bootstrap_base_model` on a tiny budget."""
+    from cgrpo.pipeline.jobs.base_model import bootstrap_base_model
 
     return bootstrap_base_model(tmp_path_factory.mktemp("bootstrapped-model"), **TINY_BOOTSTRAP)
 

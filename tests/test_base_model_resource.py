@@ -14,7 +14,7 @@ import pytest
 import yaml
 from conftest import load_script
 
-from cgrpo.pipeline.bootstrap import SETTINGS_FILE, BootstrapSettings
+from cgrpo.pipeline.jobs.base_model import SETTINGS_FILE, BootstrapSettings
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = REPO / "resources" / "base_model" / "arithmetic"

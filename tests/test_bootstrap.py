@@ -9,8 +9,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-from cgrpo.pipeline.bootstrap import BootstrapSettings, bootstrap_base_model, sft_dataset, sft_problems, tokenize_sft
-from cgrpo.pipeline.sampling import generate_completions
+from cgrpo.pipeline.jobs.base_model import (
+    BootstrapSettings,
+    bootstrap_base_model,
+    sft_dataset,
+    sft_problems,
+    tokenize_sft,
+)
+from cgrpo.pipeline.jobs.sampling import generate_completions
 from cgrpo.pipeline.tasks import generate_problems, get_task
 from cgrpo.pipeline.tasks.answers import extract_answer
 from cgrpo.pipeline.tasks.arithmetic import ITEMS

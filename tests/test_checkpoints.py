@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from cgrpo.pipeline.checkpoints import SPEC_FILE, TOTALS_FILE, align_save_steps, resume_point
-from cgrpo.pipeline.specs import TrainSpec
+from cgrpo.pipeline.configuration.specs import TrainSpec
+from cgrpo.pipeline.jobs.checkpoints import SPEC_FILE, TOTALS_FILE, align_save_steps, resume_point
 
 SPEC = TrainSpec(
     run="grpo_s0_G8",
@@ -98,7 +98,7 @@ def test_cpu_seconds_count_this_process_and_its_ended_children():
 
 
 def test_training_time_and_cpu_time_carry_across_a_resume(tmp_path):
-    from cgrpo.pipeline.checkpoints import ResumableTotals
+    from cgrpo.pipeline.jobs.checkpoints import ResumableTotals
 
     checkpoint = tmp_path / "checkpoint-4"
     checkpoint.mkdir()

@@ -19,8 +19,9 @@ import yaml
 from conftest import set_config_key
 from snakemake.exceptions import WorkflowError
 
-from cgrpo.pipeline import evaluation
-from cgrpo.pipeline.bootstrap import (
+from cgrpo.pipeline.configuration.checks import ConfigError
+from cgrpo.pipeline.jobs import evaluation
+from cgrpo.pipeline.jobs.base_model import (
     BootstrapSettings,
     bootstrap_base_model,
     sft_dataset,
@@ -28,14 +29,13 @@ from cgrpo.pipeline.bootstrap import (
     tokenize_sft,
     train_tokenizer,
 )
-from cgrpo.pipeline.config_checks import ConfigError
-from cgrpo.pipeline.evaluation import (
+from cgrpo.pipeline.jobs.evaluation import (
     conformal_metrics,
     execution_fixed_k_metrics,
     verifier_passes,
 )
-from cgrpo.pipeline.splits import make_splits
 from cgrpo.pipeline.tasks import check_task_score, extract_program, get_task
+from cgrpo.pipeline.tasks.splits import make_splits
 
 REPO = Path(__file__).resolve().parents[1]
 CODE_SMOKE = REPO / "config" / "code_smoke.yaml"
@@ -175,7 +175,7 @@ def test_a_verifier_that_hangs_fails_its_completions_after_its_timeout(caplog):
     task = SimpleNamespace(verifier=hang_on_the_first_prompt)
     data = [{"prompt": "p0", "answer": "hangs"}, {"prompt": "p1", "answer": "passes"}]
     try:
-        with caplog.at_level("WARNING", logger="cgrpo.pipeline.evaluation"):
+        with caplog.at_level("WARNING", logger="cgrpo.pipeline.jobs.evaluation"):
             passes = verifier_passes(task, [["a", "b"], ["c", "d"]], data, timeout_s=0.5)
     finally:
         release.set()
@@ -216,7 +216,7 @@ def _spec(model, splits, score, task="code"):
 
 @pytest.mark.parametrize("score", ["first_success", "pass_rate"])
 def test_evaluate_model_with_an_execution_score(tiny_model_dir, code_splits, tmp_path, monkeypatch, score):
-    from cgrpo.pipeline.splits import load_split
+    from cgrpo.pipeline.tasks.splits import load_split
 
     task = get_task("code", num_examples=80)
     references = {

@@ -9,8 +9,7 @@ import pickle
 import pytest
 from datasets import Dataset
 
-from cgrpo.pipeline.sandbox import prepare_tests
-from cgrpo.pipeline.splits import load_split, make_splits
+from cgrpo.pipeline.sandbox.runner import prepare_tests
 from cgrpo.pipeline.tasks import (
     available_tasks,
     extract_program,
@@ -25,6 +24,7 @@ from cgrpo.pipeline.tasks.code import (
     entry_point,
     to_code_rows,
 )
+from cgrpo.pipeline.tasks.splits import load_split, make_splits
 
 MBPP_ROWS = [
     {

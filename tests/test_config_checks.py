@@ -1,6 +1,6 @@
 """Every bad workflow config input the planning step catches: one sentence naming the key and the fix.
 
-The schema catches unknown keys and wrong types in the config's own sections; `cgrpo.pipeline.config_checks` catches
+The schema catches unknown keys and wrong types in the config's own sections; `cgrpo.pipeline.configuration.checks` catches
 the rest (GRPOConfig options, batch sizes, scores, deltas, data and model locations). Dry runs through Snakemake, which
 show the wiring, are in test_workflow.py.
 """
@@ -20,9 +20,15 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 from trl import GRPOConfig
 
-from cgrpo.pipeline.bootstrap import BootstrapSettings
-from cgrpo.pipeline.config_checks import ConfigError, check_config
-from cgrpo.pipeline.config_options import BOOTSTRAP_SETTINGS, GRPO_CONFIG, LORA_CONFIG, dataclass_options, option_type
+from cgrpo.pipeline.configuration.checks import ConfigError, check_config
+from cgrpo.pipeline.configuration.options import (
+    BOOTSTRAP_SETTINGS,
+    GRPO_CONFIG,
+    LORA_CONFIG,
+    dataclass_options,
+    option_type,
+)
+from cgrpo.pipeline.jobs.base_model import BootstrapSettings
 from cgrpo.pipeline.tasks.files import DataSource
 
 REPO = Path(__file__).resolve().parents[1]

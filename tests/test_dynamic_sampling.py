@@ -15,7 +15,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from cgrpo import CGRPOConfig, CGRPOTrainer, DynamicSamplingConfig, DynamicSamplingGRPOTrainer
-from cgrpo.dynamic_sampling import PromptStream, informative_groups, share_plan
+from cgrpo.dapo.groups import PromptStream, informative_groups, share_plan
 
 G = 4
 LOSS_TYPES = ["grpo", "dapo", "bnpo", "dr_grpo", "cispo", "sapo", "luspo", "vespo"]
@@ -298,7 +298,7 @@ def test_rounds_keep_exactly_the_informative_groups_and_stop_once_the_batch_is_f
 def test_refill_rounds_stop_at_the_maximum_and_say_so(tiny_model_dir, tmp_path, caplog):
     reward = RecordingReward(informative=False)  # no group ever varies
     trainer = _trainer(tiny_model_dir, tmp_path, reward=reward, max_sampling_rounds=3)
-    with caplog.at_level(logging.WARNING, logger="cgrpo.sampler"):
+    with caplog.at_level(logging.WARNING, logger="cgrpo.dapo.sampler"):
         output = _score(trainer, [1, 3, 5, 7])
     assert len(reward.calls) == 3
     assert "0 informative groups of the 4 the batch needs after 3 rounds (max_sampling_rounds=3" in caplog.text
@@ -313,7 +313,7 @@ def test_refill_rounds_stop_at_the_maximum_and_say_so(tiny_model_dir, tmp_path, 
 
 def test_a_short_batch_trains_on_the_informative_groups_found(tiny_model_dir, tmp_path, caplog):
     trainer = _trainer(tiny_model_dir, tmp_path, max_sampling_rounds=1)
-    with caplog.at_level(logging.WARNING, logger="cgrpo.sampler"):
+    with caplog.at_level(logging.WARNING, logger="cgrpo.dapo.sampler"):
         output = _score(trainer, [1, 0, 3, 2])
     assert output["completion_ids"].size(0) == 2 * G
     assert "2 informative groups of the 4" in caplog.text and "training on 2 informative groups" in caplog.text

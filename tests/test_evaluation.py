@@ -7,14 +7,14 @@ import math
 
 import pytest
 
-from cgrpo.pipeline import evaluation
-from cgrpo.pipeline.evaluation import conformal_metrics, fixed_k_metrics
-from cgrpo.pipeline.sampling import generate_completions
-from cgrpo.pipeline.splits import load_split, make_splits
+from cgrpo.pipeline.jobs import evaluation
+from cgrpo.pipeline.jobs.evaluation import conformal_metrics, fixed_k_metrics
+from cgrpo.pipeline.jobs.sampling import generate_completions
 from cgrpo.pipeline.tasks import get_task
+from cgrpo.pipeline.tasks.splits import load_split, make_splits
 
 GRID = [2, 4]
-# Resolved evaluation settings (cgrpo.pipeline.specs.evaluation_settings) for a seconds-long evaluation.
+# Resolved evaluation settings (cgrpo.pipeline.configuration.specs.evaluation_settings) for a seconds-long evaluation.
 EVALUATION_SETTINGS = {
     "budget_grid": [2, 4],
     "score": "aps",

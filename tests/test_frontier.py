@@ -1,4 +1,4 @@
-"""The training frontier (cgrpo.pipeline.frontier) and the t interval of a cost, on synthetic run summaries."""
+"""The training frontier (cgrpo.pipeline.analysis.frontier) and the t interval of a cost, on synthetic run summaries."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from cgrpo.pipeline.comparison import Resampling
-from cgrpo.pipeline.frontier import COSTS, frontier_at_cgrpo, frontier_points
-from cgrpo.pipeline.statistics import t_mean_ci
+from cgrpo.pipeline.analysis.comparison import Resampling
+from cgrpo.pipeline.analysis.frontier import COSTS, frontier_at_cgrpo, frontier_points
+from cgrpo.pipeline.metrics.statistics import t_mean_ci
 
 SEEDS = [0, 1, 2, 3, 4]
 PROMPTS = 40

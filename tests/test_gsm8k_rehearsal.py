@@ -312,7 +312,7 @@ def run_rehearsal(tmp_path: Path, profile: str | Path | None = None) -> Rehearsa
 
 def expected_runs(config: dict, results: Path) -> set[str]:
     """Every training run the config asks for, the compute-matched ones as their `match_compute` records say."""
-    from cgrpo.pipeline.methods import cgrpo_run_name, grpo_run_name
+    from cgrpo.pipeline.configuration.methods import cgrpo_run_name, grpo_run_name
 
     cgrpo, seeds = config["cgrpo"], config["seeds"]
     runs = {
@@ -370,8 +370,8 @@ def check_rehearsal(rehearsal: Rehearsal) -> None:
     # longer than any prompt without the template.
     from transformers import AutoTokenizer
 
-    from cgrpo.pipeline.splits import load_split
     from cgrpo.pipeline.tasks import get_task
+    from cgrpo.pipeline.tasks.splits import load_split
 
     task = get_task(config["task"]["name"], **config["task"]["options"])
     questions = load_split(results / "splits", "train")["question"]

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from cgrpo import calibration, costs
-from cgrpo.pipeline import accuracy, coverage, matching, statistics
+from cgrpo.pipeline.analysis import matching
+from cgrpo.pipeline.metrics import accuracy, coverage, statistics
 
 # --------------------------------------------------------------------------- #
 # Shared hand-built data

@@ -1,4 +1,4 @@
-"""`cgrpo.models.save_plain`: the checkpoint vLLM's CPU build is given for a LoRA adapter (here on the tiny model; the
+"""`cgrpo.support.models.save_plain`: the checkpoint vLLM's CPU build is given for a LoRA adapter (here on the tiny model; the
 GGUF base is checked in tests/test_smollm2_gguf.py), computing what the adapter on its base computes."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from cgrpo.models import is_plain, load_model, save_plain
+from cgrpo.support.models import is_plain, load_model, save_plain
 
 
 def _adapter(base: str, folder) -> None:

@@ -1,4 +1,4 @@
-"""cgrpo.pipeline.provenance on its own: spec files that change only with their spec, and the experiment's record.
+"""cgrpo.pipeline.configuration.provenance on its own: spec files that change only with their spec, and the experiment's record.
 
 The workflow's use of it (what reruns, and which config is refused) is in test_reruns.py.
 """
@@ -14,8 +14,8 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from cgrpo.pipeline.config_checks import ConfigError
-from cgrpo.pipeline.provenance import (
+from cgrpo.pipeline.configuration.checks import ConfigError
+from cgrpo.pipeline.configuration.provenance import (
     RECORD,
     canonical,
     claim_experiment_folder,

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from cgrpo.pipeline.replay import (
+from cgrpo.pipeline.analysis.replay import (
     MEASURES,
     frontier_at_reference,
     pools_of_record,

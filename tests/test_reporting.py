@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from cgrpo.pipeline import comparison, plots, reporting
-from cgrpo.pipeline.comparison import Resampling
-from cgrpo.pipeline.matching import match_group_size
-from cgrpo.pipeline.methods import setting_label
+from cgrpo.pipeline.analysis import comparison, plots, reporting
+from cgrpo.pipeline.analysis.comparison import Resampling
+from cgrpo.pipeline.analysis.matching import match_group_size
+from cgrpo.pipeline.configuration.methods import setting_label
 
 SEEDS = [0, 1, 2]
 GRID = [2, 4, 8, 16, 32]
@@ -26,7 +26,7 @@ PROMPTS = 100
 
 
 def _run_record(method: str, seed: int, key: str, *, g: int | None = None, matched: bool = False) -> dict:
-    """A run.json with the keys cgrpo.pipeline.runs.train_run writes."""
+    """A run.json with the keys cgrpo.pipeline.jobs.runs.train_run writes."""
     cgrpo = method == "cgrpo"
     rollouts_per_prompt = ROLLOUTS[key][seed]
     groups = 300
@@ -93,7 +93,7 @@ def _steps(record: dict) -> pd.DataFrame:
 
 
 def _eval_record(run: str, accuracy: float) -> dict:
-    """An eval JSON with the keys cgrpo.pipeline.evaluation.evaluate_model writes."""
+    """An eval JSON with the keys cgrpo.pipeline.jobs.evaluation.evaluate_model writes."""
     coverage = []
     for mode, delta in (("auto", 0.27), (0.1, 0.1), (0.2, 0.2)):
         for k in GRID:

@@ -2,7 +2,7 @@
 
 The finished smoke tree the tests plan on is made by hand, without running a job: an empty file or folder at every
 output path a dry run plans, and the compute-matching record, all with one modification time, as a finished run leaves
-them. So every test is a dry run of a few seconds (`cgrpo.pipeline.provenance`; docs/pipeline.md, "When the config
+them. So every test is a dry run of a few seconds (`cgrpo.pipeline.configuration.provenance`; docs/pipeline.md, "When the config
 changes"). Making the tree and the tests on it take about 2 minutes together, so they are marked long: .ci/run runs
 them in the long step, outside the test command's 10 minutes.
 """

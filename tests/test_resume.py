@@ -15,7 +15,7 @@ from test_dynamic_sampling import _data as dynamic_sampling_data
 from transformers import TrainerCallback
 
 from cgrpo import CGRPOConfig, CGRPOTrainer, DynamicSamplingGRPOTrainer
-from cgrpo.resume import state_file
+from cgrpo.support.resume import state_file
 
 STEPS, SAVE_EVERY, RECALIBRATE_EVERY = 6, 3, 2
 

@@ -1,4 +1,4 @@
-"""cgrpo.pipeline.runs: the cost record of a run, the config's options reaching the trainers, and the copy that stands
+"""cgrpo.pipeline.jobs.runs: the cost record of a run, the config's options reaching the trainers, and the copy that stands
 in for a compute-matched run equal to a fixed-G run."""
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ import yaml
 from conftest import REPO
 
 from cgrpo.calibration import Thresholds
-from cgrpo.dynamic_sampling import TOTALS_KEYS
-from cgrpo.pipeline import methods, runs, trainers
+from cgrpo.dapo.sampler import TOTALS_KEYS
+from cgrpo.pipeline.configuration import methods
+from cgrpo.pipeline.configuration.methods import setting_label
+from cgrpo.pipeline.configuration.specs import TrainSpec
+from cgrpo.pipeline.jobs import runs, trainers
+from cgrpo.pipeline.jobs.runs import _run_record, reuse_compute_matched
 from cgrpo.pipeline.logs import quiet_known_warnings
-from cgrpo.pipeline.methods import setting_label
-from cgrpo.pipeline.runs import _run_record, reuse_compute_matched
-from cgrpo.pipeline.specs import TrainSpec
-from cgrpo.pipeline.splits import make_splits
 from cgrpo.pipeline.tasks import get_task
+from cgrpo.pipeline.tasks.splits import make_splits
 
 
 def _cgrpo_record(dynamic_totals: dict | None = None) -> dict:
@@ -233,7 +234,7 @@ def test_timed_grpo_trainer_counts_training_generation_only(tiny_model_dir, tmp_
     from test_trainer import _data, _length_reward
     from trl import GRPOConfig
 
-    from cgrpo.pipeline.timing import TimedGRPOTrainer, generation_seconds
+    from cgrpo.pipeline.jobs.timing import TimedGRPOTrainer, generation_seconds
 
     args = GRPOConfig(
         output_dir=str(tmp_path),

@@ -1,5 +1,5 @@
 """The code sandbox: correct programs pass, wrong ones fail, and hostile ones are contained and fail while the run goes
-on (cgrpo.pipeline.sandbox; issue #14)."""
+on (cgrpo.pipeline.sandbox.runner; issue #14)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from cgrpo.pipeline import sandbox
-from cgrpo.pipeline.sandbox import Limits, isolation_report, prepare_tests, run_tests, run_tests_many
-from cgrpo.pipeline.sandbox_host import cgroup_support
+from cgrpo.pipeline.sandbox import runner as sandbox
+from cgrpo.pipeline.sandbox.host import cgroup_support
+from cgrpo.pipeline.sandbox.runner import Limits, isolation_report, prepare_tests, run_tests, run_tests_many
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD = "def f(x):\n    return 3 * x + 1\n"

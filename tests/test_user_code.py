@@ -1,11 +1,11 @@
-"""Bounding the wall-clock time of user code (cgrpo.user_code)."""
+"""Bounding the wall-clock time of user code (cgrpo.support.user_code)."""
 
 import threading
 import time
 
 import pytest
 
-from cgrpo.user_code import call_with_timeout, normalise_answer
+from cgrpo.support.user_code import call_with_timeout, normalise_answer
 
 
 def test_returns_the_value_and_raises_the_error():

@@ -23,8 +23,8 @@ import torch
 from cgrpo import CGRPOConfig, CGRPOTrainer
 from cgrpo.pipeline.tasks import get_task
 from cgrpo.stopping import sampling_path
-from cgrpo.user_code import completion_text, normalise_answer
-from cgrpo.vllm_colocate import CPU_OPTIONS
+from cgrpo.support.user_code import completion_text, normalise_answer
+from cgrpo.support.vllm_colocate import CPU_OPTIONS
 
 pytestmark = pytest.mark.vllm
 

@@ -18,23 +18,23 @@ import yaml
 from conftest import run_smoke
 from snakemake.utils import update_config, validate
 
-from cgrpo.models import load_model, save_plain
-from cgrpo.pipeline import evaluation, vllm_backend
-from cgrpo.pipeline.config_checks import ConfigError, check_config
-from cgrpo.pipeline.evaluation import purpose_seed
-from cgrpo.pipeline.methods import evaluation_spec, train_spec
-from cgrpo.pipeline.sampling import generate_completions, generate_completions_vllm, sampling_options
-from cgrpo.pipeline.specs import calibration_spec, method_trainer
-from cgrpo.pipeline.splits import make_splits
-from cgrpo.pipeline.tasks import get_task
-from cgrpo.pipeline.vllm_backend import (
+from cgrpo.pipeline.configuration.checks import ConfigError, check_config
+from cgrpo.pipeline.configuration.methods import evaluation_spec, train_spec
+from cgrpo.pipeline.configuration.specs import calibration_spec, method_trainer
+from cgrpo.pipeline.jobs import evaluation, vllm_backend
+from cgrpo.pipeline.jobs.sampling import generate_completions, generate_completions_vllm, sampling_options
+from cgrpo.pipeline.jobs.vllm_backend import (
     CPU_KV_CACHE_GIB,
     check_vllm_installed,
     load_llm,
     prepare_vllm_job,
     uses_vllm,
 )
-from cgrpo.vllm_colocate import CPU_OPTIONS
+from cgrpo.pipeline.metrics.statistics import purpose_seed
+from cgrpo.pipeline.tasks import get_task
+from cgrpo.pipeline.tasks.splits import make_splits
+from cgrpo.support.models import load_model, save_plain
+from cgrpo.support.vllm_colocate import CPU_OPTIONS
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE, OVERRIDE = REPO / "config" / "smoke.yaml", REPO / "config" / "overrides" / "vllm_cpu.yaml"
@@ -354,7 +354,7 @@ def test_vllm_evaluates_a_lora_adapter_as_hf_generate_does(engine, tmp_path, mon
 def test_the_calibration_job_samples_an_adapter_with_a_colocated_engine(vllm_installed, tmp_path, monkeypatch):
     from test_plain_checkpoints import _adapter
 
-    from cgrpo.pipeline import runs, trainers
+    from cgrpo.pipeline.jobs import runs, trainers
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))
     _adapter(str(SHIPPED), tmp_path / "adapter")

@@ -98,7 +98,7 @@ def test_dry_run(tmp_path, config):
     calibration_seeds = seeds if settings["cgrpo"]["calibrate_per_seed"] else 1
     assert counts["calibrate"] == len(settings["cgrpo"]["budget_grids"]) * calibration_seeds
     assert ("checkpoint jobs" in result.stdout) == matched
-    # A dry run writes only what planning compares (cgrpo.pipeline.provenance): every job's spec, not the config.
+    # A dry run writes only what planning compares (cgrpo.pipeline.configuration.provenance): every job's spec, not the config.
     folder = tmp_path / "results" / settings["experiment"]
     written = {path.relative_to(folder).parts[0] for path in (tmp_path / "results").rglob("*") if path.is_file()}
     assert written == {"specs"}

@@ -1,9 +1,16 @@
 """C-GRPO: conformal, per-prompt rollout budgets for GRPO post-training with TRL.
 
-The package is the trainer library: `CGRPOConfig` and `CGRPOTrainer` (`config`, `trainer`, `trainer_calibration`,
-`trainer_state`, `padding`, and the stopping rules in `stopping`) on the seeded conformal core they share with the evaluation (`conformal`, `calibration`), and DAPO's dynamic
-sampling for TRL's GRPO (`DynamicSamplingConfig`, `DynamicSamplingGRPOTrainer` in `dynamic_sampling`) on the sampler
-C-GRPO reuses with `drop_unanimous=True` (`sampler`). The trainers share one support layer (`support`). The experiment pipeline built on it lives in `cgrpo.pipeline`, which nothing here imports.
+The package is the trainer library:
+
+- the method's mathematics, pure and seeded: `conformal` (scores, quantile, prediction sets), `calibration` (fitting
+  thresholds, replaying the rule over many prompts) and `costs` (savings in generated rollouts);
+- `CGRPOConfig` and `CGRPOTrainer` (`config`, `trainer`, with its parts `trainer_budgets`, `trainer_calibration`,
+  `trainer_checks`, `trainer_state`, `padding` and `vllm_streaming`), and the stopping rules as plug-ins (`stopping`);
+- DAPO's dynamic sampling for TRL's GRPO (`dapo`: `DynamicSamplingConfig`, `DynamicSamplingGRPOTrainer`, and the
+  sampler C-GRPO reuses with `drop_unanimous=True`);
+- what the trainers share, below them all (`support`).
+
+The experiment pipeline built on it lives in `cgrpo.pipeline`, which nothing here imports.
 """
 
 from __future__ import annotations
@@ -19,8 +26,8 @@ __all__ = ["CGRPOConfig", "CGRPOTrainer", "DynamicSamplingConfig", "DynamicSampl
 _LAZY = {
     "CGRPOConfig": "cgrpo.config",
     "CGRPOTrainer": "cgrpo.trainer",
-    "DynamicSamplingConfig": "cgrpo.dynamic_sampling",
-    "DynamicSamplingGRPOTrainer": "cgrpo.dynamic_sampling",
+    "DynamicSamplingConfig": "cgrpo.dapo",
+    "DynamicSamplingGRPOTrainer": "cgrpo.dapo",
 }
 
 

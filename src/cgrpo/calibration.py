@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cgrpo.conformal import (
+from .conformal import (
     AUTO_DELTA_HIGH,
     AUTO_DELTA_LOW,
     DELTA_MARGIN,

@@ -8,10 +8,10 @@ from trl import GRPOConfig
 
 from .calibration import SCORES, training_grid
 from .conformal import DELTA_MARGIN
-from .sampler import validate_dynamic_sampling
+from .dapo.config import validate_dynamic_sampling
 from .stopping import get_rule, rule_names
-from .support import check_whole_groups, refuse_ignore_data_skip
-from .user_code import VERIFIER_TIMEOUT_S
+from .support.config_checks import check_whole_groups, refuse_ignore_data_skip
+from .support.user_code import VERIFIER_TIMEOUT_S
 
 # Loss types TRL normalises by tokens: masked filler rows leave them exact as they are. The others (grpo, sapo,
 # luspo, dr_grpo) normalise by rows, and the trainer reweights them (see `CGRPOTrainer.compute_loss`).
@@ -122,7 +122,7 @@ class CGRPOConfig(GRPOConfig):
             stopped at unanimity are such groups, unless another reward, say a format reward, still varies) and
             refill the generation batch with groups of new prompts, in rounds of one generation batch of prompts
             each, until it holds as many informative groups as prompts it started with (see
-            `cgrpo.dynamic_sampling`). Counts are in `trainer.dynamic_totals` and the `dynamic/*` metrics.
+            `cgrpo.dapo.trainer`). Counts are in `trainer.dynamic_totals` and the `dynamic/*` metrics.
         max_sampling_rounds (`int`, *optional*, defaults to `10`):
             With `drop_unanimous`, most rounds (budget-grid sampling of `prompts_per_round` prompts) per generation
             batch, the first included; DAPO's default (`DynamicSamplingConfig`, verl's `max_num_gen_batches`).

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 from .calibration import Thresholds, calibration_scores
 from .costs import cpu_seconds
 from .stopping import Pools, correct_flags
-from .user_code import normalise_answer
+from .support.user_code import normalise_answer
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from datasets import Dataset
 from .calibration import Thresholds, unanimous_solve_counts
 from .config import CGRPOConfig
 from .conformal import smallest_supported_delta
-from .user_code import normalise_answer
+from .support.user_code import normalise_answer
 
 logger = logging.getLogger(__name__)
 

@@ -5,11 +5,11 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from cgrpo.pipeline import methods, provenance, specs
-from cgrpo.pipeline.config_checks import ConfigError, check_config
-from cgrpo.pipeline.plugins import import_plugins
-from cgrpo.pipeline.specs import format_delta, format_grid
-from cgrpo.pipeline.vllm_backend import check_vllm_installed
+from cgrpo.pipeline.configuration import methods, provenance, specs
+from cgrpo.pipeline.configuration.checks import ConfigError, check_config
+from cgrpo.pipeline.configuration.plugins import import_plugins
+from cgrpo.pipeline.configuration.specs import format_delta, format_grid
+from cgrpo.pipeline.jobs.vllm_backend import check_vllm_installed
 
 ##### config validation #####
 
@@ -32,7 +32,7 @@ onstart:
         raise WorkflowError(str(error)) from None
 
 
-##### one results folder, one config (cgrpo.pipeline.provenance) #####
+##### one results folder, one config (cgrpo.pipeline.configuration.provenance) #####
 
 
 def schema_defaults(record):
@@ -245,7 +245,7 @@ def split_params(wildcards):
 
 
 def calibrate_spec(wildcards):
-    """Spec of cgrpo.pipeline.runs.calibrate_initial for the grid and seed in the wildcards."""
+    """Spec of cgrpo.pipeline.jobs.runs.calibrate_initial for the grid and seed in the wildcards."""
     model = base_model_location(base_model_record(wildcards))
     spec = specs.calibration_spec(config, wildcards.grid, wildcards.calseed, model, splits_folder(wildcards))
     return provenance.canonical(spec.to_dict())
@@ -260,7 +260,7 @@ def initial_calibration(wildcards):
 
 
 def train_spec(wildcards):
-    """Spec of cgrpo.pipeline.runs.train_run for the run in the wildcards."""
+    """Spec of cgrpo.pipeline.jobs.runs.train_run for the run in the wildcards."""
     model = base_model_location(base_model_record(wildcards))
     method = methods.METHODS[methods.parse_run_name(wildcards.run).method]
     calibration = initial_calibration(wildcards) if method.calibrated else None
@@ -285,7 +285,7 @@ def evaluation_inputs(wildcards):
 
 
 def evaluate_spec(wildcards):
-    """Spec of cgrpo.pipeline.evaluation.evaluate_model for one run (or the base model)."""
+    """Spec of cgrpo.pipeline.jobs.evaluation.evaluate_model for one run (or the base model)."""
     model = evaluated_model(wildcards)
     if wildcards.run == "base":
         model = base_model_location(model)
@@ -299,7 +299,7 @@ def replay_records(wildcards):
 
 
 def replay_spec(wildcards):
-    """Spec of cgrpo.pipeline.replay.run_replay."""
+    """Spec of cgrpo.pipeline.analysis.replay.run_replay."""
     return provenance.canonical(specs.replay_spec(config, replay_records(wildcards)))
 
 

@@ -28,7 +28,7 @@ rule train_cgrpo:
         "../scripts/train.py"
 
 
-# Every method without an initial calibration (cgrpo.pipeline.methods): GRPO, DAPO, ...
+# Every method without an initial calibration (cgrpo.pipeline.configuration.methods): GRPO, DAPO, ...
 rule train:
     input:
         base_model=base_model_record,

@@ -1,7 +1,7 @@
 """Build the comparison tables from every run, eval and compute-matching record (rule aggregate)."""
 
+from cgrpo.pipeline.analysis.reporting import build_tables, write_table
 from cgrpo.pipeline.logs import log_to_file
-from cgrpo.pipeline.reporting import build_tables, write_table
 
 log_to_file(snakemake.log[0])
 

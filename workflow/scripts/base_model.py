@@ -3,9 +3,9 @@
 import json
 from pathlib import Path
 
-from cgrpo.pipeline.bootstrap import bootstrap_base_model
+from cgrpo.pipeline.configuration.specs import check_model_source
+from cgrpo.pipeline.jobs.base_model import bootstrap_base_model
 from cgrpo.pipeline.logs import log_to_file
-from cgrpo.pipeline.specs import check_model_source
 
 # The bootstrap is deterministic for a given thread count, so pin it to the job's threads.
 log_to_file(snakemake.log[0], threads=snakemake.threads)

@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
+from cgrpo.pipeline.jobs.runs import calibrate_initial
+from cgrpo.pipeline.jobs.vllm_backend import prepare_vllm_job
 from cgrpo.pipeline.logs import log_to_file
-from cgrpo.pipeline.runs import calibrate_initial
-from cgrpo.pipeline.vllm_backend import prepare_vllm_job
 
 log_to_file(snakemake.log[0], threads=snakemake.threads)
 prepare_vllm_job(snakemake.params.spec)

@@ -4,8 +4,8 @@ import json
 import logging
 from pathlib import Path
 
+from cgrpo.pipeline.analysis.matching import match_group_size
 from cgrpo.pipeline.logs import log_to_file
-from cgrpo.pipeline.matching import match_group_size
 
 log_to_file(snakemake.log[0])
 

@@ -2,8 +2,8 @@
 
 import pandas as pd
 
+from cgrpo.pipeline.analysis.plots import plot_all
 from cgrpo.pipeline.logs import log_to_file
-from cgrpo.pipeline.plots import plot_all
 
 log_to_file(snakemake.log[0])
 

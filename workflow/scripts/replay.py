@@ -1,7 +1,7 @@
 """Replay every registered stopping rule on the evaluated models' samples (rule replay)."""
 
+from cgrpo.pipeline.analysis.replay import run_replay
 from cgrpo.pipeline.logs import log_to_file
-from cgrpo.pipeline.replay import run_replay
 
 log_to_file(snakemake.log[0])
 run_replay(snakemake.params.spec, dict(snakemake.output.items()))

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
+from cgrpo.pipeline.jobs.runs import reuse_compute_matched
 from cgrpo.pipeline.logs import log_to_file
-from cgrpo.pipeline.runs import reuse_compute_matched
 
 log_to_file(snakemake.log[0])
 

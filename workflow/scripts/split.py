@@ -2,11 +2,11 @@
 
 from pathlib import Path
 
-from cgrpo.pipeline.config_checks import needed_splits
+from cgrpo.pipeline.configuration.checks import needed_splits
 from cgrpo.pipeline.logs import log_to_file
-from cgrpo.pipeline.splits import make_splits
 from cgrpo.pipeline.tasks import get_task
 from cgrpo.pipeline.tasks.files import hub_offline
+from cgrpo.pipeline.tasks.splits import make_splits
 
 log_to_file(snakemake.log[0])
 

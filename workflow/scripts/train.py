@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
+from cgrpo.pipeline.configuration.plugins import import_plugins
+from cgrpo.pipeline.jobs.runs import train_run
+from cgrpo.pipeline.jobs.vllm_backend import prepare_vllm_job
 from cgrpo.pipeline.logs import log_to_file
-from cgrpo.pipeline.plugins import import_plugins
-from cgrpo.pipeline.runs import train_run
-from cgrpo.pipeline.vllm_backend import prepare_vllm_job
 
 log_to_file(snakemake.log[0], threads=snakemake.threads)
 prepare_vllm_job(snakemake.params.spec)

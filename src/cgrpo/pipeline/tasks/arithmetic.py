@@ -22,7 +22,7 @@ ITEMS = ("pens", "cups", "eggs", "cards", "books", "coins", "shells", "stamps", 
 # Operand ranges per size: (starting amount, later operands). "medium" keeps a two-digit running total but
 # one-digit steps; "large" adds two-digit numbers, which a tiny model rarely gets right.
 SIZES = {"small": ((2, 9), (2, 9)), "medium": ((10, 99), (2, 9)), "large": ((10, 99), (10, 99))}
-# Weights of small, medium and large numbers, in the task's pool and in the base model's SFT data (cgrpo.pipeline.bootstrap).
+# Weights of small, medium and large numbers, in the task's pool and in the base model's SFT data (cgrpo.pipeline.jobs.base_model).
 SIZE_WEIGHTS = (0.6, 0.3, 0.1)
 # Weights of 1, 2 and 3 operations in the base model's SFT data.
 OPS_WEIGHTS = (0.45, 0.35, 0.2)
@@ -81,7 +81,7 @@ def generate_problems(
 
     ``ops_weights[i]`` weighs chains of ``i + 1`` operations; ``size_weights`` weighs the ``SIZES``
     small, medium and large. The same arguments always give the same problems. Small operand ranges
-    repeat, so the result can hold duplicates; :mod:`cgrpo.pipeline.splits` deduplicates before carving splits.
+    repeat, so the result can hold duplicates; :mod:`cgrpo.pipeline.tasks.splits` deduplicates before carving splits.
     """
     if num_examples < 1:
         raise ValueError(f"num_examples must be positive, got {num_examples}; ask for at least one problem.")

@@ -8,10 +8,10 @@ from functools import cached_property
 
 from datasets import Dataset
 
-from ..splits import normalize_text
 from .answers import check_answer_format, extract_answer, parse_gold
 from .files import DataSource
 from .rewards import math_reward_funcs
+from .splits import normalize_text
 
 Prompt = str | list[dict[str, str]]
 
@@ -27,7 +27,7 @@ def generated_pool(split: str, generate: Callable[..., Dataset], what: str, **op
     if split != "train":
         raise ValueError(
             f"The {what} has one pool (split 'train'), not {split!r}; carve calibration and eval sets from it with "
-            "cgrpo.pipeline.splits."
+            "cgrpo.pipeline.tasks.splits."
         )
     return generate(**options)
 

@@ -13,12 +13,12 @@ Three kinds of source, one task (``get_task("code", source=...)``):
 Rows become ``question``, ``answer`` (the reference program), ``tests`` (assert statements) and ``setup``. Prompts
 show the first ``prompt_tests`` tests (MBPP's custom is all three; one shows the function's name and signature
 without handing over every expected value). The program is taken from the completion by :func:`extract_program`,
-and :class:`CodeVerifier` runs it against all the tests in :mod:`cgrpo.pipeline.sandbox`::
+and :class:`CodeVerifier` runs it against all the tests in :mod:`cgrpo.pipeline.sandbox.runner`::
 
     task = get_task("code")
     task.verifier(completions=["def f(x):\\n    return x + 1"], tests=["assert f(1) == 2"])  # [True]
 
-Tests a program could pass by forging the sandbox's record (not tamper-proof: :mod:`cgrpo.pipeline.sandbox_tests`)
+Tests a program could pass by forging the sandbox's record (not tamper-proof: :mod:`cgrpo.pipeline.sandbox.judging`)
 would reward the forgery in training, so a task whose data holds any is refused unless ``allow_forgeable_tests``.
 """
 
@@ -32,8 +32,8 @@ from typing import Any
 
 from datasets import Dataset, load_dataset
 
-from ..sandbox import Limits
-from ..sandbox_tests import forgeable_tests, prepare_tests
+from ..sandbox.judging import forgeable_tests, prepare_tests
+from ..sandbox.runner import Limits
 from .base import Prompt, Task, generated_pool
 from .code_problems import FAMILY_WEIGHTS, POOL_OPS_WEIGHTS, generate_functions
 from .code_verifier import (
@@ -180,7 +180,7 @@ def code_task(
     ``"mbpp"`` (the Hub's MBPP, config ``hub_config``, default ``full``), another Hub id, or a local MBPP-format file.
     Data with tests that are not tamper-proof is refused (ValueError, at once for HumanEval, at load for the others)
     unless ``allow_forgeable_tests``. ``timeout_s``, ``memory_mb``, ``workers`` and ``isolation`` configure the
-    verifier's sandbox (:class:`cgrpo.pipeline.sandbox.Limits`). ``answer_format`` is accepted only as ``"hash"``, the
+    verifier's sandbox (:class:`cgrpo.pipeline.sandbox.runner.Limits`). ``answer_format`` is accepted only as ``"hash"``, the
     math tasks' default, which a workflow config merged over the default experiment's carries along; it has no
     effect, since answers are programs."""
     if answer_format != "hash":

@@ -136,8 +136,8 @@ def generate_functions(
     ``setup`` (empty), ``family`` (``int``, ``list`` or ``str``) and ``num_ops``.
 
     The same arguments always give the same problems; the pool can hold duplicates, which
-    :mod:`cgrpo.pipeline.splits` drops. Every test compares a call with a literal, so no program can pass by tampering
-    with the harness (:mod:`cgrpo.pipeline.sandbox`).
+    :mod:`cgrpo.pipeline.tasks.splits` drops. Every test compares a call with a literal, so no program can pass by tampering
+    with the harness (:mod:`cgrpo.pipeline.sandbox.runner`).
     """
     if num_examples < 1:
         raise ValueError(f"num_examples must be positive, got {num_examples}; ask for at least one problem.")

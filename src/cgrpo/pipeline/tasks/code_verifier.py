@@ -1,5 +1,5 @@
 """The code task's verifier: take the program out of a completion (:func:`extract_program`), run it against the
-problem's tests in :mod:`cgrpo.pipeline.sandbox` (:class:`CodeVerifier`), and the rewards built on it."""
+problem's tests in :mod:`cgrpo.pipeline.sandbox.runner` (:class:`CodeVerifier`), and the rewards built on it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from ..sandbox import (
+from ..sandbox.runner import (
     ISOLATION_MODES,
     Limits,
     RunResult,

@@ -5,7 +5,7 @@ Each problem's ``check(candidate)`` is split into single asserts on the entry po
 assert that becomes tamper-proof (``assert f(<literals>) == <literal>``, ``assert not f(...)``, and
 ``assert abs(f(...) - <number>) < <tolerance>`` read as ``math.isclose``); ``assert True`` lines are dropped. Any other
 problem keeps its whole test code plus ``check(<entry point>)`` as one test, which a program can forge
-(:func:`cgrpo.pipeline.sandbox_tests.forgeable_tests`), so the task refuses it unless ``allow_forgeable_tests``.
+(:func:`cgrpo.pipeline.sandbox.judging.forgeable_tests`), so the task refuses it unless ``allow_forgeable_tests``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from ..sandbox_tests import prepare_tests
+from ..sandbox.judging import prepare_tests
 
 HUMANEVAL = "humaneval"
 _DATA = Path("data", "HumanEval.jsonl.gz")

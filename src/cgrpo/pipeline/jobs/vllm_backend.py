@@ -1,0 +1,111 @@
+"""vLLM in the pipeline's jobs: the environment of a job that runs an engine, and evaluation's engine.
+
+vLLM is imported only where an engine is built, so the rest loads without it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from ...support.models import is_plain, save_plain
+from ...support.vllm_colocate import CPU_OPTIONS
+
+# GiB of KV cache per engine on CPU, where VLLM_CPU_KVCACHE_SPACE sizes it; unset, each engine reserves
+# vllm_gpu_memory_utilization of the whole machine's memory, however many jobs run side by side.
+CPU_KV_CACHE_GIB = 1
+
+
+def uses_vllm(spec: Mapping[str, Any]) -> bool:
+    """Whether the job of `spec` (a step spec as a dict) runs vLLM: training with `use_vllm`, or vLLM evaluation."""
+    return bool(spec.get("trainer", {}).get("use_vllm")) or spec.get("evaluation", {}).get("backend") == "vllm"
+
+
+def check_vllm_installed(config: Mapping[str, Any]) -> None:
+    """Raise a ValueError naming the fix when `config` generates with vLLM (`training.use_vllm`, a method's
+    `trainer.use_vllm`, or `evaluation.backend: vllm`) and vLLM cannot be imported here.
+
+    The workflow calls it as it starts running jobs, not when it plans them: a dry run, or a cluster's planning node,
+    need not have vLLM, but a local run would otherwise train for an hour before its first evaluation failed.
+    """
+    trainers = [config["training"], *(config[section]["trainer"] for section in ("cgrpo", "grpo", "dapo"))]
+    wanted = []
+    if any(trainer.get("use_vllm") for trainer in trainers):
+        wanted.append("use_vllm")
+    if config["cgrpo"].get("calibration_backend") == "vllm":
+        wanted.append("cgrpo.calibration_backend: vllm")
+    if config["evaluation"].get("backend") == "vllm":
+        wanted.append("evaluation.backend: vllm")
+    if wanted and importlib.util.find_spec("vllm") is None:
+        raise ValueError(
+            f"The config sets {' and '.join(wanted)}, but vLLM is not installed in this environment: run it in the "
+            'vLLM environment (docs/clusters.md, "vLLM"), or sample with HF generate instead '
+            "(config/overrides/hf_generate.yaml for calibration and evaluation)."
+        )
+
+
+def prepare_vllm_job(spec: Mapping[str, Any]) -> None:
+    """Set the environment a job of `spec` needs before it builds a vLLM engine; values set before are kept, but for
+    MASTER_PORT, which every job gets anew."""
+    if not uses_vllm(spec):
+        return
+    # Only vLLM's CPU platform reads it.
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))
+    # A colocated engine joins a one-process torch.distributed group on MASTER_PORT. TRL takes the first free port of
+    # a fixed list, which jobs starting side by side all find free, and a port inherited from Snakemake's environment
+    # is every job's: either way all but one job fail with EADDRINUSE. Each job is one process, so no rank needs it.
+    os.environ["MASTER_PORT"] = str(_free_port())
+    # Evaluation's engine runs in the job's process, as a colocated one does: a spawned engine process would run the
+    # job's script again, which has no main guard.
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def load_llm(model: str, enforce_eager: bool | None = None):
+    """A vLLM engine on `model`: on CPU with `CPU_OPTIONS`' memory share and in float32, as the HF path evaluates
+    there; on a GPU with vLLM's defaults (half precision, as the HF path there).
+
+    A GGUF file or a LoRA adapter's folder, which vLLM's CPU build does not read, is saved as a plain checkpoint (see
+    `cgrpo.support.models.save_plain`) for the engine to load, and deleted once it has. `enforce_eager` (default: on CPU)
+    skips the model's compilation, which on CPU took 72 s of an 81 s start to save 0.03 s per rollout on SmolLM2-135M
+    (results/reference/smollm2_cpu/generation_backends.csv): it pays only past some 2,500 rollouts.
+    """
+    from vllm.platforms import current_platform
+
+    on_cpu = current_platform.is_cpu()
+    options = {"enforce_eager": on_cpu if enforce_eager is None else enforce_eager}
+    if on_cpu:
+        options.update(
+            gpu_memory_utilization=CPU_OPTIONS["vllm_gpu_memory_utilization"],
+            dtype="float32",
+            # A prefill split across steps rewinds its seeded samples' generators, which a CPU generator cannot do
+            # ("CPU Generator does not use offset"): more prompt tokens in one call than the engine's step budget
+            # (4,096) crashed. Whole prefills only.
+            enable_chunked_prefill=False,
+        )
+    from vllm import LLM
+
+    with plain_copy(model) as folder:
+        return LLM(model=folder, **options)
+
+
+@contextmanager
+def plain_copy(model: str) -> Iterator[str]:
+    """`model` itself where vLLM reads it, else a plain copy of it (see `cgrpo.support.models.save_plain`) in a scratch folder
+    that lasts as long as the context: for an engine to load, which it does once."""
+    if is_plain(model):
+        yield model
+        return
+    with tempfile.TemporaryDirectory(prefix="cgrpo-vllm-") as folder:
+        save_plain(model, folder)
+        yield folder
