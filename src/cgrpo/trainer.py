@@ -355,6 +355,13 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
     def method_description(self) -> str:
         return describe_cgrpo(self.args, self.thresholds)
 
+    def rollouts_generated(self, include_calibration: bool = True) -> int:
+        training = super().rollouts_generated()
+        if not include_calibration:
+            return training
+        # The held-out diagnostic (`holdout_rollouts`) is counted apart, in no cost.
+        return training + int(self.cgrpo_totals["calibration_rollouts"]) + self._initial_calibration_rollouts
+
     # Why: C-GRPO's state decides the rest of a resumed run; with `drop_unanimous`, so does the sampler's.
     def save_own_state(self, folder: Path) -> None:
         write_state(folder, STATE_NAME, self.accelerator.process_index, self.cgrpo_state.to_dict())

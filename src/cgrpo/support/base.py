@@ -89,6 +89,12 @@ class SupportedGRPOTrainer(GRPOTrainer):
         if checkpoint is not None:
             self.load_own_state(Path(checkpoint))
 
+    def rollouts_generated(self, include_calibration: bool = True) -> int:
+        """Rollouts generated in training so far, all processes, throwaway lockstep rows included; a subclass that
+        calibrates adds its calibrations' rollouts when `include_calibration` (`cgrpo.budget.RolloutBudget` reads it)."""
+        totals = self.generation_totals
+        return int(totals["train_rollouts"] + totals.get("lockstep_rollouts", 0))
+
     def method_description(self) -> str | None:
         """One paragraph on how this trainer trains, for its model card; None for plain GRPO (TRL's card says it)."""
         return None
