@@ -8,6 +8,7 @@ The package is the trainer library:
   `trainer_checks`, `trainer_state`, `padding` and `vllm_streaming`), and the stopping rules as plug-ins (`stopping`);
 - DAPO's dynamic sampling for TRL's GRPO (`dapo`: `DynamicSamplingConfig`, `DynamicSamplingGRPOTrainer`, and the
   sampler C-GRPO reuses with `drop_unanimous=True`);
+- a compute budget for any GRPO trainer (`budget`: `RolloutBudget`);
 - what the trainers share, below them all (`support`).
 
 The experiment pipeline built on it lives in `cgrpo.pipeline`, which nothing here imports.
@@ -19,7 +20,14 @@ import importlib
 
 __version__ = "0.1.0"
 
-__all__ = ["CGRPOConfig", "CGRPOTrainer", "DynamicSamplingConfig", "DynamicSamplingGRPOTrainer", "__version__"]
+__all__ = [
+    "CGRPOConfig",
+    "CGRPOTrainer",
+    "DynamicSamplingConfig",
+    "DynamicSamplingGRPOTrainer",
+    "RolloutBudget",
+    "__version__",
+]
 
 # TRL takes seconds to import; loading the trainer on first use keeps the pure modules (conformal, calibration)
 # and the pipeline's table and plot steps fast.
@@ -28,6 +36,7 @@ _LAZY = {
     "CGRPOTrainer": "cgrpo.trainer",
     "DynamicSamplingConfig": "cgrpo.dapo",
     "DynamicSamplingGRPOTrainer": "cgrpo.dapo",
+    "RolloutBudget": "cgrpo.budget",
 }
 
 

@@ -81,7 +81,8 @@ class RolloutBudget(TrainerCallback):
     Attributes:
         stopped_at_step (`int | None`): the optimizer step training was ended at by the budget, None if it was not.
         milestones_kept (`list[dict]`): per milestone reached: `milestone`, `step`, `rollouts` (as counted for the
-            budget), `train_rollouts`, `seconds` (on `clock`, snapshot saving excluded) and `path` (or None).
+            budget), `train_rollouts`, `cpu_s` and `wall_s` (CPU and wall-clock seconds since training began,
+            snapshot saving excluded) and `path` (or None). A resumed run may set it to the milestones kept before.
 
     The stop is logged as `budget/stopped_at_step`, `budget/rollouts` and `budget/seconds`.
     """
@@ -103,17 +104,25 @@ class RolloutBudget(TrainerCallback):
         self.include_calibration = include_calibration
         self.milestones = [int(m) for m in milestones]
         self.folder = None if save_milestones_to is None else Path(save_milestones_to)
-        self._clock = {"cpu": cpu_seconds, "wall": time.perf_counter}.get(clock, clock)
-        self._started, self._saving = 0.0, 0.0
+        # Every clock a milestone or the budget reads, with its reading when training began and the seconds spent
+        # saving snapshots, which no clock counts.
+        self._clocks = {"cpu_s": cpu_seconds, "wall_s": time.perf_counter}
+        self._clocks["budget"] = self._clocks[f"{clock}_s"] if isinstance(clock, str) else clock
+        self._started = dict.fromkeys(self._clocks, 0.0)
+        self._saving = dict.fromkeys(self._clocks, 0.0)
         self.stopped_at_step: int | None = None
         self.milestones_kept: list[dict[str, Any]] = []
 
+    def _elapsed(self, clock: str) -> float:
+        return self._clocks[clock]() - self._started[clock] - self._saving[clock]
+
     def seconds(self) -> float:
         """Seconds on the budget's clock since training began, snapshot saving excluded."""
-        return self._clock() - self._started - self._saving
+        return self._elapsed("budget")
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self._started, self._saving = self._clock(), 0.0
+        self._started = {name: clock() for name, clock in self._clocks.items()}
+        self._saving = dict.fromkeys(self._clocks, 0.0)
 
     def on_step_end(self, args, state, control, **kwargs):
         boundary = state.global_step * args.gradient_accumulation_steps % _generate_every(args) == 0
@@ -152,18 +161,21 @@ class RolloutBudget(TrainerCallback):
         reached = [m for m in self.milestones[len(self.milestones_kept) :] if rollouts >= m]
         if not reached:
             return
-        path = None
+        record = {
+            "step": step,
+            "rollouts": rollouts,
+            "train_rollouts": rollouts_generated(self.trainer, include_calibration=False),
+            "cpu_s": self._elapsed("cpu_s"),
+            "wall_s": self._elapsed("wall_s"),
+            "path": None,
+        }
         if self.folder is not None:
-            start = self._clock()
-            path = self.folder / str(reached[0])
-            self.trainer.save_model(str(path))
-            self._saving += self._clock() - start
-        train_rollouts = rollouts_generated(self.trainer, include_calibration=False)
-        for milestone in reached:
-            record = {"milestone": milestone, "step": step, "rollouts": rollouts, "train_rollouts": train_rollouts}
-            self.milestones_kept.append(
-                {**record, "seconds": self.seconds(), "path": None if path is None else str(path)}
-            )
+            before = {name: clock() for name, clock in self._clocks.items()}
+            record["path"] = str(self.folder / str(reached[0]))
+            self.trainer.save_model(record["path"])
+            for name, clock in self._clocks.items():
+                self._saving[name] += clock() - before[name]
+        self.milestones_kept += [{"milestone": milestone, **record} for milestone in reached]
         if self.folder is not None and self.trainer.is_world_process_zero():
             (self.folder / MILESTONES_FILE).write_text(json.dumps(self.milestones_kept, indent=1) + "\n")
 

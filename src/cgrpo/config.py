@@ -16,6 +16,9 @@ from .support.user_code import VERIFIER_TIMEOUT_S
 # Loss types TRL normalises by tokens: masked filler rows leave them exact as they are. The others (grpo, sapo,
 # luspo, dr_grpo) normalise by rows, and the trainer reweights them (see `CGRPOTrainer.compute_loss`).
 TOKEN_NORMALIZED_LOSSES = ("dapo", "bnpo", "cispo", "vespo")
+# Those whose normaliser is the generation batch's token count: equal group weights are exact for them.
+BATCH_TOKEN_LOSSES = ("dapo", "cispo", "vespo")
+GROUP_WEIGHTINGS = ("tokens", "equal")
 
 
 @dataclass
@@ -117,6 +120,13 @@ class CGRPOConfig(GRPOConfig):
             Column of the calibration dataset holding the gold answer (used by the `"aps"` score).
         per_device_train_batch_size (`int`, *optional*, defaults to `32`):
             Rows per device and micro-batch, as in TRL; the default holds one full group of `max(budget_grid)`.
+        group_weighting (`str`, *optional*, defaults to `"tokens"`):
+            How much each prompt's group weighs in the loss. `"tokens"`, TRL's loss as it is: every completion
+            token weighs the same, so a group that grew to 32 rollouts weighs up to 16 times one that stopped at 2,
+            and a stopping rule also reweights prompts. `"equal"`: every group of a generation batch weighs the same
+            (its rows' advantages scaled by the batch's tokens per group over the group's own tokens), so that what
+            stopping changes is only which rollouts are drawn. Needs a loss that averages over the generation
+            batch's tokens (`loss_type` `"dapo"`, `"cispo"` or `"vespo"`); the KL term is not reweighted.
         drop_unanimous (`bool`, *optional*, defaults to `False`):
             Dynamic sampling (DAPO): drop the groups whose rewards all agree instead of training on them (groups
             stopped at unanimity are such groups, unless another reward, say a format reward, still varies) and
@@ -272,6 +282,13 @@ class CGRPOConfig(GRPOConfig):
         default=10,
         metadata={"help": "With drop_unanimous, most generation rounds per generation batch, the first included."},
     )
+    group_weighting: str = field(
+        default="tokens",
+        metadata={
+            "help": "Each prompt group's weight in the loss: 'tokens' (TRL's token mean, a larger group weighs "
+            "more) or 'equal' (every group of a generation batch weighs the same; loss_type dapo, cispo or vespo)."
+        },
+    )
     prompts_per_round: int | None = field(
         default=None,
         metadata={
@@ -397,6 +414,15 @@ class CGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"stopping_rule must be one of {', '.join(rule_names())}, got {self.stopping_rule!r}; register a new "
                 "rule with cgrpo.stopping.register."
+            )
+        if self.group_weighting not in GROUP_WEIGHTINGS:
+            raise ValueError(
+                f"group_weighting must be one of {', '.join(GROUP_WEIGHTINGS)}, got {self.group_weighting!r}."
+            )
+        if self.group_weighting == "equal" and self.loss_type not in BATCH_TOKEN_LOSSES:
+            raise ValueError(
+                f"group_weighting='equal' reweights a token mean over the generation batch, which loss_type "
+                f"{self.loss_type!r} is not; use loss_type {', '.join(BATCH_TOKEN_LOSSES)} or group_weighting='tokens'."
             )
         if not (isinstance(self.stop_share, (int, float)) and 0.0 < self.stop_share <= 1.0):
             raise ValueError(f"stop_share must lie in (0, 1], got {self.stop_share!r}.")

@@ -355,6 +355,12 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
     def method_description(self) -> str:
         return describe_cgrpo(self.args, self.thresholds)
 
+    def _row_groups(self, rows: int, device) -> torch.Tensor:
+        groups = super()._row_groups(rows, device)
+        if self._pad_mask is not None:
+            groups[torch.tensor(self._pad_mask, device=device)] = -1
+        return groups
+
     def rollouts_generated(self, include_calibration: bool = True) -> int:
         training = super().rollouts_generated()
         if not include_calibration:

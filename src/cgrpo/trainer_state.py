@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .calibration import Thresholds
+from .support.learning_signal import SIGNAL_KEYS
 
 # Keys of `CGRPOState.totals` (documented with `CGRPOTrainer.cgrpo_totals`).
 TOTALS_KEYS = (
@@ -26,6 +27,7 @@ TOTALS_KEYS = (
     "holdout_tokens",
     "holdout_s",
     "holdout_cpu_s",
+    *SIGNAL_KEYS,
 )
 
 

@@ -65,6 +65,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from ..support.base import Generated
+from ..support.learning_signal import SIGNAL_KEYS
 from ..support.resume import read_state, write_state
 from .groups import PromptStream, SharePlan, filter_column, informative_groups, share_plan
 
@@ -84,6 +85,7 @@ TOTALS_KEYS = (
     "groups_zero_variance_trained",
     "groups_moved",
     "refill_prompts",
+    *SIGNAL_KEYS,
 )
 # The file name of the sampler's per-process state in a checkpoint.
 STATE_NAME = "dynamic_sampling"

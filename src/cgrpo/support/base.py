@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
+import torch
 from trl import GRPOConfig, GRPOTrainer
 
+from .learning_signal import equal_group_scales, record_learning_signal
 from .model_card import rewrite_card
 from .vllm_colocate import use_reloading_weight_sync
 
@@ -88,6 +90,30 @@ class SupportedGRPOTrainer(GRPOTrainer):
         super()._load_rng_state(checkpoint)
         if checkpoint is not None:
             self.load_own_state(Path(checkpoint))
+
+    # Why: what a batch offers the policy gradient (informative groups, signal per rollout, each prompt's weight in the
+    # loss) is known only once TRL has computed the advantages, and with `group_weighting="equal"` (C-GRPO) the
+    # advantages must be rescaled before TRL splits the batch into micro-batches. Evaluation passes through untouched.
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.model.training:
+            self._record_signal(output)
+        return output
+
+    def _record_signal(self, output: dict[str, Any]) -> None:
+        group_ids = self._row_groups(output["advantages"].size(0), output["advantages"].device)
+        scales = None
+        if getattr(self.args, "group_weighting", "tokens") == "equal":
+            scales = equal_group_scales(output["completion_mask"], group_ids, self.accelerator)
+            output["advantages"] = output["advantages"] * scales.to(output["advantages"].dtype)
+        # The batch's rollouts: all generated in training since the batches already recorded.
+        rollouts = self.rollouts_generated(include_calibration=False) - self.generation_totals.get("signal_rollouts", 0)
+        record_learning_signal(self, output, group_ids, rollouts, scales)
+
+    def _row_groups(self, rows: int, device) -> torch.Tensor:
+        """Each of this process's rows' prompt group: consecutive groups of `num_generations` rows; a subclass that
+        pads groups marks its padded rows -1."""
+        return torch.arange(rows, device=device) // self.num_generations
 
     def rollouts_generated(self, include_calibration: bool = True) -> int:
         """Rollouts generated in training so far, all processes, throwaway lockstep rows included; a subclass that

@@ -7,6 +7,7 @@ import time
 from trl import GRPOTrainer
 
 from ...support.base import Generated, SupportedGRPOTrainer
+from ...support.learning_signal import SIGNAL_KEYS
 
 
 class TimedGRPOTrainer(SupportedGRPOTrainer):
@@ -20,6 +21,7 @@ class TimedGRPOTrainer(SupportedGRPOTrainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.generation_totals = {"train_rollouts": 0, "train_tokens": 0, "generation_s": 0.0}
+        self.generation_totals.update(dict.fromkeys(SIGNAL_KEYS, 0.0))
 
     # Why: the baseline's generated rollouts and generation seconds are the costs C-GRPO is compared with, and TRL
     # reports neither for a run.

@@ -9,7 +9,7 @@ prompt: a tiny model solves one-digit sums almost always and chains of two-digit
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 
 from datasets import Dataset
@@ -33,6 +33,10 @@ OPS_WEIGHTS = (0.45, 0.35, 0.2)
 POOL_OPS_WEIGHTS = (0.2, 0.4, 0.4)
 # Probability that the first operation is a product ("3 bags of 4 pens").
 MUL_PROBABILITY = 0.4
+# The strata of `difficulty`, as (operation weights, size weights); "medium" is the task's own mix (None). A tiny
+# model solves one-digit single sums almost always and chains of three two-digit sums almost never: prompts whose
+# groups agree whatever the budget, which a stopping rule can stop early.
+STRATA = {"easy": ((1, 0, 0), (1, 0, 0)), "medium": None, "hard": ((0, 0, 1), (0, 0, 1))}
 
 
 def _first_clause(rng: random.Random, size: str, name: str, item: str) -> tuple[int, str, list[str]]:
@@ -76,12 +80,17 @@ def generate_problems(
     answer_format: str = "hash",
     ops_weights: Sequence[float] = OPS_WEIGHTS,
     size_weights: Sequence[float] = SIZE_WEIGHTS,
+    difficulty: Mapping[str, float] | None = None,
 ) -> Dataset:
-    """``num_examples`` problems with columns ``question``, ``answer``, ``num_ops``, ``size`` and ``item``.
+    """``num_examples`` problems with columns ``question``, ``answer``, ``num_ops``, ``size``, ``item`` and, with
+    ``difficulty``, ``stratum``.
 
     ``ops_weights[i]`` weighs chains of ``i + 1`` operations; ``size_weights`` weighs the ``SIZES``
-    small, medium and large. The same arguments always give the same problems. Small operand ranges
-    repeat, so the result can hold duplicates; :mod:`cgrpo.pipeline.tasks.splits` deduplicates before carving splits.
+    small, medium and large. ``difficulty`` mixes the ``STRATA`` by weight (``{"easy": 0.4, "medium": 0.2, "hard":
+    0.4}``): each problem draws its stratum, then its chain length and sizes from the stratum's weights, the
+    ``"medium"`` stratum from ``ops_weights`` and ``size_weights``. The same arguments always give the same problems.
+    Small operand ranges repeat, so the result can hold duplicates; :mod:`cgrpo.pipeline.tasks.splits` deduplicates
+    before carving splits.
     """
     if num_examples < 1:
         raise ValueError(f"num_examples must be positive, got {num_examples}; ask for at least one problem.")
@@ -91,9 +100,31 @@ def generate_problems(
             f"weights, at least one for ops and one per size ({', '.join(SIZES)})."
         )
     rng = random.Random(seed)
-    rows = [_problem(rng, ops_weights, size_weights, answer_format) for _ in range(num_examples)]
-    columns = ("question", "answer", "num_ops", "size", "item")
+    columns = ["question", "answer", "num_ops", "size", "item"]
+    if difficulty is None:
+        rows = [_problem(rng, ops_weights, size_weights, answer_format) for _ in range(num_examples)]
+    else:
+        strata = _check_difficulty(difficulty)
+        chosen = rng.choices(list(strata), list(strata.values()), k=num_examples)
+        rows = [
+            (*_problem(rng, *(STRATA[name] or (ops_weights, size_weights)), answer_format), name) for name in chosen
+        ]
+        columns.append("stratum")
     return Dataset.from_dict({name: list(values) for name, values in zip(columns, zip(*rows), strict=True)})
+
+
+def _check_difficulty(difficulty: Mapping[str, float]) -> dict[str, float]:
+    """The difficulty mix as stratum weights, or one sentence on what is wrong with it."""
+    unknown = sorted(set(difficulty) - set(STRATA))
+    if unknown or not difficulty:
+        raise ValueError(
+            f"difficulty {dict(difficulty)!r} names no stratum or unknown ones {unknown}; weigh some of "
+            f"{', '.join(STRATA)} (e.g. {{easy: 0.4, medium: 0.2, hard: 0.4}})."
+        )
+    weights = {name: float(weight) for name, weight in difficulty.items()}
+    if min(weights.values()) < 0 or not sum(weights.values()) > 0:
+        raise ValueError(f"difficulty weights must be non-negative and not all zero, got {weights}.")
+    return weights
 
 
 def arithmetic_task(
@@ -106,9 +137,12 @@ def arithmetic_task(
     size_weights: Sequence[float] = SIZE_WEIGHTS,
     system_prompt: str | None = None,
     worked_examples: int = 0,
+    difficulty: Mapping[str, float] | None = None,
 ) -> Task:
-    """The GSM8K task with a loader that generates ``num_examples`` problems from ``seed``; ``system_prompt`` and
-    ``worked_examples`` as in :class:`Task`."""
+    """The GSM8K task with a loader that generates ``num_examples`` problems from ``seed`` (mixing ``difficulty``'s
+    strata, see :func:`generate_problems`); ``system_prompt`` and ``worked_examples`` as in :class:`Task`."""
+    if difficulty is not None:
+        _check_difficulty(difficulty)
     loader = partial(
         generated_pool,
         generate=generate_problems,
@@ -118,6 +152,7 @@ def arithmetic_task(
         answer_format=answer_format,
         ops_weights=tuple(ops_weights),
         size_weights=tuple(size_weights),
+        difficulty=None if difficulty is None else dict(difficulty),
     )
     return Task(
         name="arithmetic",
