@@ -278,3 +278,30 @@ def test_gsm8k_local_split_placeholder_and_errors(tmp_path):
     (tmp_path / "bad.jsonl").write_text(json.dumps({"problem": "x", "answer": "#### 1"}) + "\n")
     with pytest.raises(ValueError, match="question"):
         get_task("gsm8k", source=str(tmp_path / "bad.jsonl")).load()
+
+
+def test_a_difficulty_mix_draws_each_problem_from_its_stratum():
+    problems = generate_problems(600, 0, difficulty={"easy": 0.5, "hard": 0.5})
+    strata = problems["stratum"]
+    assert set(strata) == {"easy", "hard"} and 200 < strata.count("easy") < 400
+    easy = [row for row in problems if row["stratum"] == "easy"]
+    hard = [row for row in problems if row["stratum"] == "hard"]
+    assert {(row["num_ops"], row["size"]) for row in easy} == {(1, "small")}
+    assert {(row["num_ops"], row["size"]) for row in hard} == {(3, "large")}
+    assert generate_problems(600, 0, difficulty={"easy": 0.5, "hard": 0.5})["question"] == problems["question"]
+
+
+def test_the_medium_stratum_is_the_task_own_mix_and_no_mix_leaves_the_pool_as_it_was():
+    medium = generate_problems(200, 0, difficulty={"medium": 1.0}, ops_weights=(0, 1, 0))
+    assert set(medium["num_ops"]) == {2}
+    # Without a difficulty mix the generator draws exactly what it drew before the option existed.
+    assert "stratum" not in generate_problems(20, 0).column_names
+
+
+@pytest.mark.parametrize(
+    ("difficulty", "message"),
+    [({"trivial": 1.0}, "unknown ones \\['trivial'\\]"), ({}, "names no stratum"), ({"easy": -1.0}, "non-negative")],
+)
+def test_a_bad_difficulty_mix_is_refused_with_the_strata_named(difficulty, message):
+    with pytest.raises(ValueError, match=message):
+        get_task("arithmetic", difficulty=difficulty)
