@@ -16,6 +16,7 @@ include: "workflow/rules/calibration.smk"
 include: "workflow/rules/training.smk"
 include: "workflow/rules/evaluation.smk"
 include: "workflow/rules/replay.smk"
+include: "workflow/rules/curves.smk"
 include: "workflow/rules/report.smk"
 
 

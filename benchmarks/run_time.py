@@ -24,7 +24,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from cgrpo.pipeline.configuration.methods import cgrpo_run_name, grpo_run_name, train_spec
+from cgrpo.pipeline.configuration.methods import cgrpo_run_name, grpo_run_name
+from cgrpo.pipeline.configuration.run_specs import train_spec
 from cgrpo.pipeline.configuration.specs import calibration_spec, format_grid
 from cgrpo.pipeline.jobs.runs import calibrate_initial, train_run
 

@@ -15,7 +15,7 @@ from conftest import REPO
 
 from cgrpo.calibration import Thresholds
 from cgrpo.dapo.sampler import TOTALS_KEYS
-from cgrpo.pipeline.configuration import methods
+from cgrpo.pipeline.configuration import run_specs
 from cgrpo.pipeline.configuration.methods import setting_label
 from cgrpo.pipeline.configuration.specs import TrainSpec
 from cgrpo.pipeline.jobs import runs, trainers
@@ -140,11 +140,11 @@ def test_the_configs_dynamic_sampling_options_reach_the_trainers(tiny_model_dir,
         seed=0,
     )
 
-    spec = methods.train_spec(config, "cgrpo_s0_g2-4-8-16-32_dauto_r80", tiny_model_dir, str(splits), "unused")
+    spec = run_specs.train_spec(config, "cgrpo_s0_g2-4-8-16-32_dauto_r80", tiny_model_dir, str(splits), "unused")
     cgrpo = trainers.cgrpo_trainer(spec, tmp_path / "cgrpo", initial=None)
     assert cgrpo.args.drop_unanimous and cgrpo.args.max_sampling_rounds == 2 == cgrpo._dynamic.max_rounds
 
-    spec = methods.train_spec(config, "dapo_s0_G8", tiny_model_dir, str(splits))
+    spec = run_specs.train_spec(config, "dapo_s0_G8", tiny_model_dir, str(splits))
     dapo = trainers.dapo_trainer(spec, tmp_path / "dapo")
     assert (dapo.args.prompts_per_round, dapo.args.max_sampling_rounds) == (32, 3)
     assert (dapo._sampler.prompts_per_round, dapo._sampler.max_rounds) == (32, 3)
@@ -171,7 +171,7 @@ def test_every_trainer_takes_the_policy_as_loaded_for_its_checkpoint(builder, ti
         "dapo_trainer": "dapo_s0_G8",
     }
     # The initial calibration's file is read by the training job, not by the trainer.
-    spec = methods.train_spec(config, names[builder], tiny_model_dir, str(splits), "unused")
+    spec = run_specs.train_spec(config, names[builder], tiny_model_dir, str(splits), "unused")
     policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     monkeypatch.setattr(trainers, "_policy", lambda spec: {"model": policy})
     trainer = getattr(trainers, builder)(spec, tmp_path / "out", None)
@@ -273,7 +273,7 @@ def test_a_tracker_keeps_its_files_and_the_model_gets_its_card(tiny_model_dir, t
         seed=0,
     )
     run = tmp_path / "runs" / "unanimous_s0_g2-4-8"
-    runs.train_run(methods.train_spec(config, run.name, tiny_model_dir, str(splits)), run)
+    runs.train_run(run_specs.train_spec(config, run.name, tiny_model_dir, str(splits)), run)
     assert not (run / "checkpoints").exists()
     events = list((run / "logs").rglob("events.out.tfevents.*"))
     assert len(events) == 1 and events[0].stat().st_size > 0

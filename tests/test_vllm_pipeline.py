@@ -19,7 +19,7 @@ from conftest import run_smoke
 from snakemake.utils import update_config, validate
 
 from cgrpo.pipeline.configuration.checks import ConfigError, check_config
-from cgrpo.pipeline.configuration.methods import evaluation_spec, train_spec
+from cgrpo.pipeline.configuration.run_specs import evaluation_spec, train_spec
 from cgrpo.pipeline.configuration.specs import calibration_spec, method_trainer
 from cgrpo.pipeline.jobs import evaluation, vllm_backend
 from cgrpo.pipeline.jobs.sampling import generate_completions, generate_completions_vllm, sampling_options

@@ -24,7 +24,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,11 +110,18 @@ class RolloutBudget(TrainerCallback):
         self._clocks["budget"] = self._clocks[f"{clock}_s"] if isinstance(clock, str) else clock
         self._started = dict.fromkeys(self._clocks, 0.0)
         self._saving = dict.fromkeys(self._clocks, 0.0)
+        self._before = dict.fromkeys(self._clocks, 0.0)
         self.stopped_at_step: int | None = None
         self.milestones_kept: list[dict[str, Any]] = []
 
+    def resume(self, milestones_kept: Sequence[Mapping[str, Any]], cpu_s: float, wall_s: float) -> None:
+        """Continue a run resumed from a checkpoint: the milestones it had kept up to the checkpoint, and the CPU and
+        wall seconds it had trained, which the milestones kept from now on count from."""
+        self.milestones_kept = [dict(m) for m in milestones_kept]
+        self._before.update(cpu_s=cpu_s, wall_s=wall_s)
+
     def _elapsed(self, clock: str) -> float:
-        return self._clocks[clock]() - self._started[clock] - self._saving[clock]
+        return self._before[clock] + self._clocks[clock]() - self._started[clock] - self._saving[clock]
 
     def seconds(self) -> float:
         """Seconds on the budget's clock since training began, snapshot saving excluded."""

@@ -7,6 +7,8 @@ methods read the trainer's state (`args`, `accelerator`, `cgrpo_state`) and its 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import random
@@ -35,17 +37,24 @@ class CalibrationMixin:
         thresholds are then checked on the held-out prompts (`holdout_coverage`), outside the calibration's timed cost,
         and the result lands in the history record.
         """
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), cpu_seconds()
         pools, rollouts, tokens = self.sample_calibration_pools()
         fit = self.stopping_rule.fit(pools)
         if self.args.stopping_rule == "conformal":
             self.cgrpo_state.thresholds = fit
         else:
             self.cgrpo_state.rule_fit = fit
-        seconds = time.perf_counter() - start
+        seconds = (time.perf_counter() - start, cpu_seconds() - cpu_start)
         holdout = self.holdout_coverage(self.thresholds) if self._holdout_examples else None
         self._record_calibration(rollouts, tokens, seconds, holdout)
         return fit
+
+    @property
+    def calibration_prompt_set(self) -> str:
+        """A short fingerprint of the calibration prompts (their order aside), to tell calibrations on different
+        prompts apart in a run's records."""
+        prompts = sorted(json.dumps(example["prompt"], sort_keys=True) for example in self._calibration_examples)
+        return hashlib.sha256("\n".join(prompts).encode()).hexdigest()[:12]
 
     def sample_calibration_pools(self) -> tuple[Pools, int, int]:
         """Sample max(budget_grid) completions per calibration example with the current policy: the rule's pools.
@@ -153,18 +162,24 @@ class CalibrationMixin:
         every = self.args.recalibrate_every
         return every > 0 and self.state.global_step - self.cgrpo_state.last_calibration_step >= every
 
-    def _record_calibration(self, rollouts: int, tokens: int, seconds: float, holdout: dict | None) -> None:
+    def _record_calibration(
+        self, rollouts: int, tokens: int, seconds: tuple[float, float], holdout: dict | None
+    ) -> None:
+        """Count a calibration's cost (`seconds`: wall clock and this process's CPU) and add its history record."""
+        wall_s, cpu_s = seconds
         self.cgrpo_state.last_calibration_step = self.state.global_step
         self.cgrpo_totals["calibration_rollouts"] += rollouts
         self.cgrpo_state.unlogged_calibration_rollouts = rollouts
         self.cgrpo_totals["calibration_tokens"] += tokens
-        self.cgrpo_totals["calibration_s"] += seconds
+        self.cgrpo_totals["calibration_s"] += wall_s
         record = {
             "step": self.state.global_step,
             **self.stopping_rule.fit_to_dict(self.stopping_fit),
             "rollouts": rollouts,
             "tokens": tokens,
-            "wall_s": seconds,
+            "wall_s": wall_s,
+            "cpu_s": cpu_s,
+            "prompt_set": self.calibration_prompt_set,
         }
         if holdout is not None:
             record["holdout"] = holdout

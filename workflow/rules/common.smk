@@ -5,7 +5,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from cgrpo.pipeline.configuration import methods, provenance, specs
+from cgrpo.pipeline.configuration import methods, provenance, run_specs, specs
 from cgrpo.pipeline.configuration.checks import ConfigError, check_config
 from cgrpo.pipeline.configuration.plugins import import_plugins
 from cgrpo.pipeline.configuration.specs import format_delta, format_grid
@@ -173,12 +173,22 @@ PLOTS = ["pareto", "training_curves", "thresholds", "coverage", "delta_sweep", "
 REPLAY_TABLES = ["replay", "replay_at_cgrpo"]
 
 
+BUDGET_TABLES = ["learning_curve", "budget_comparison", "budget_curve", "budget_calibrations"]
+
+
+def budgeted():
+    """Whether a rollout budget ends every run (`budget.rollouts`), whose learning curves are then the comparison."""
+    return (config.get("budget") or {}).get("rollouts") is not None
+
+
 def final_outputs():
-    """The targets of the workflow, the tables (csv and markdown) and the plots."""
+    """The targets of the workflow, the tables (csv and markdown) and the plots: the learning curves' where a rollout
+    budget ends the runs, the step-count comparison's otherwise, and the replay's in both."""
     exp = config["experiment"]
+    tables, plots = (BUDGET_TABLES, ["learning_curves"]) if budgeted() else (TABLES, PLOTS)
     return [
-        *(f"results/{exp}/tables/{t}.{ext}" for t in TABLES + REPLAY_TABLES for ext in ("csv", "md")),
-        *(f"results/{exp}/plots/{p}.png" for p in PLOTS + ["replay"]),
+        *(f"results/{exp}/tables/{t}.{ext}" for t in tables + REPLAY_TABLES for ext in ("csv", "md")),
+        *(f"results/{exp}/plots/{p}.png" for p in plots + ["replay"]),
     ]
 
 
@@ -264,7 +274,7 @@ def train_spec(wildcards):
     model = base_model_location(base_model_record(wildcards))
     method = methods.METHODS[methods.parse_run_name(wildcards.run).method]
     calibration = initial_calibration(wildcards) if method.calibrated else None
-    spec = methods.train_spec(config, wildcards.run, model, splits_folder(wildcards), calibration)
+    spec = run_specs.train_spec(config, wildcards.run, model, splits_folder(wildcards), calibration)
     return provenance.canonical(spec.to_dict())
 
 
@@ -289,8 +299,48 @@ def evaluate_spec(wildcards):
     model = evaluated_model(wildcards)
     if wildcards.run == "base":
         model = base_model_location(model)
-    spec = methods.evaluation_spec(config, wildcards.run, model, splits_folder(wildcards))
+    spec = run_specs.evaluation_spec(config, wildcards.run, model, splits_folder(wildcards))
     return provenance.canonical(spec.to_dict())
+
+
+def curve_files(wildcards):
+    """The learning curve of the base model and of every static run."""
+    return [f"results/{wildcards.exp}/curves/{run}.json" for run in ["base", *static_runs()]]
+
+
+def curve_inputs(wildcards):
+    """What a curve job reads: the run's record (whose milestone models it samples) or the base model's, the splits
+    and the job's spec file."""
+    model = {"model": base_model_record(wildcards)} if wildcards.run == "base" else {}
+    record = {} if wildcards.run == "base" else {"record": f"results/{wildcards.exp}/runs/{wildcards.run}/run.json"}
+    return {
+        **model,
+        **record,
+        "splits": f"results/{wildcards.exp}/splits/manifest.json",
+        "spec": spec_file("results/{exp}/specs/curve/{run}.json", curve_job_spec)(wildcards),
+    }
+
+
+def curve_job_spec(wildcards):
+    """Spec of cgrpo.pipeline.jobs.curves.evaluate_curve for one run (or the base model)."""
+    if wildcards.run == "base":
+        record, model = None, base_model_location(base_model_record(wildcards))
+    else:
+        record = f"results/{wildcards.exp}/runs/{wildcards.run}/run.json"
+        model = str(Path(record).parent)
+    spec = run_specs.curve_spec(config, wildcards.run, record, model, splits_folder(wildcards))
+    return provenance.canonical(spec.to_dict())
+
+
+def learning_curves_spec(wildcards):
+    """The settings the learning-curve tables read: the target and how the intervals are drawn."""
+    return provenance.canonical(
+        {
+            "target_share": config["budget"]["target_share"],
+            "resamples": config["statistics"]["bootstrap_resamples"],
+            "seed": config["statistics"]["seed"],
+        }
+    )
 
 
 def replay_records(wildcards):

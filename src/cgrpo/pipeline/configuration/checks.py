@@ -13,8 +13,9 @@ from ...calibration import training_grid
 from ...conformal import smallest_supported_delta
 from ...stopping import get_rule, rule_names
 from ..tasks import check_task_score, get_task
-from .methods import METHODS, static_runs, train_spec
+from .methods import METHODS, static_runs
 from .options import BOOTSTRAP_SETTINGS, GRPO_CONFIG, LORA_CONFIG, check_options
+from .run_specs import train_spec
 from .specs import base_model_path, check_model_source
 
 
@@ -38,10 +39,39 @@ def check_config(config: Mapping[str, Any]) -> None:
         check_batch_sizes(config)
         check_stopping_rules(config)
         check_calibration_backend(config)
+        check_budget(config)
     except ConfigError:
         raise
     except ValueError as error:
         raise ConfigError(str(error)) from None
+
+
+def check_budget(config: Mapping[str, Any]) -> None:
+    """A rollout budget compares methods by learning curves at equal rollouts: on a math task, against fixed group
+    sizes, with a milestone per distinct rollout count."""
+    budget = config.get("budget") or {}
+    if budget.get("rollouts") is None:
+        return
+    if budget["rollouts"] < budget["milestones"]:
+        raise ConfigError(
+            f"budget.rollouts ({budget['rollouts']}) is fewer than budget.milestones ({budget['milestones']}); raise "
+            "the budget or lower the milestones."
+        )
+    if config["grpo"]["compute_matched"]:
+        raise ConfigError(
+            "grpo.compute_matched matches C-GRPO's rollouts over a fixed number of steps, which a rollout budget "
+            "replaces (every run spends budget.rollouts); set grpo.compute_matched: false."
+        )
+    if not config["grpo"]["num_generations"]:
+        raise ConfigError(
+            "budget.rollouts compares every method with the best fixed group size, but grpo.num_generations lists "
+            "none; list the group sizes to compare with."
+        )
+    if config["cgrpo"]["options"]["score"] != "aps":
+        raise ConfigError(
+            "budget.rollouts draws learning curves of answers graded against a gold answer (score aps); run the budget "
+            "on a math task, or set budget.rollouts: null."
+        )
 
 
 def check_stopping_rules(config: Mapping[str, Any]) -> None:

@@ -3,7 +3,8 @@
 A record says how the method's runs are named (and parsed back), which runs a config asks for, what its training spec
 holds beyond the common fields, which trainer builds it (`cgrpo.pipeline.jobs.trainers`), how a run's setting reads in the
 tables, and whether it starts from the pipeline's initial calibration (rule `train_cgrpo`) or not (rule `train`).
-Adding a method is one record here plus its trainer builder.
+Adding a method is one record here plus its trainer builder; `cgrpo.pipeline.configuration.run_specs` builds a run's
+specs from its record.
 
 Run names, and the spelling of grids and deltas in them, are built and parsed here and nowhere else.
 """
@@ -17,18 +18,12 @@ from typing import Any
 
 from ...stopping import get_rule, rule_names
 from .specs import (
-    EvaluationSpec,
-    TrainSpec,
-    cgrpo_options,
     evaluation_grid,
-    evaluation_settings,
     format_delta,
     format_grid,
     method_trainer,
     parse_delta,
     parse_grid,
-    pool_samples,
-    task_spec,
 )
 
 __all__ = [
@@ -39,7 +34,6 @@ __all__ = [
     "ablation_run_name",
     "cgrpo_run_name",
     "dapo_run_name",
-    "evaluation_spec",
     "grpo_run_name",
     "method_label",
     "add_rule_methods",
@@ -48,7 +42,6 @@ __all__ = [
     "run_pattern",
     "setting_label",
     "static_runs",
-    "train_spec",
 ]
 
 Config = Mapping[str, Any]
@@ -66,6 +59,7 @@ class RunName:
     num_generations: int | None = None
     compute_matched: bool = False
     stop_setting: float | None = None
+    group_weighting: str = "tokens"
 
 
 @dataclass(frozen=True)
@@ -104,9 +98,35 @@ class Method:
 # --------------------------------------------------------------------------- C-GRPO
 
 
-def cgrpo_run_name(seed: int, grid: Sequence[int], delta: Any, recalibrate_every: int) -> str:
-    """``cgrpo_s<seed>_g<grid>_d<delta>_r<recalibrate_every>``."""
-    return f"cgrpo_s{int(seed)}_g{format_grid(grid)}_d{format_delta(delta)}_r{int(recalibrate_every)}"
+# The run-name suffix of a run whose prompt groups weigh the same in the loss (`cgrpo.group_weightings`); a run of TRL's
+# token weighting has none, as every run had before the option existed.
+_WEIGHTING_SUFFIX = {"tokens": "", "equal": "_weq"}
+_WEIGHTING = r"(?P<weighting>_weq)?"
+
+
+def _weighting(match: re.Match) -> str:
+    return "equal" if match["weighting"] else "tokens"
+
+
+def _group_weightings(config: Config) -> list[str]:
+    return list(config["cgrpo"].get("group_weightings", ["tokens"]))
+
+
+def _weighting_options(options: Mapping[str, Any], weighting: str) -> dict[str, Any]:
+    """C-GRPO's trainer options with the run's group weighting, set only where it is not TRL's (unchanged specs)."""
+    return dict(options) if weighting == "tokens" else {**options, "group_weighting": weighting}
+
+
+def _weighting_label(record: Mapping[str, Any]) -> str:
+    return ", equal group weights" if record.get("group_weighting") == "equal" else ""
+
+
+def cgrpo_run_name(
+    seed: int, grid: Sequence[int], delta: Any, recalibrate_every: int, weighting: str = "tokens"
+) -> str:
+    """``cgrpo_s<seed>_g<grid>_d<delta>_r<recalibrate_every>``, with ``_weq`` for equal group weights."""
+    name = f"cgrpo_s{int(seed)}_g{format_grid(grid)}_d{format_delta(delta)}_r{int(recalibrate_every)}"
+    return name + _WEIGHTING_SUFFIX[weighting]
 
 
 def _cgrpo_fields(match: re.Match) -> dict[str, Any]:
@@ -114,13 +134,15 @@ def _cgrpo_fields(match: re.Match) -> dict[str, Any]:
         "budget_grid": tuple(parse_grid(match["grid"])),
         "delta": parse_delta(match["delta"]),
         "recalibrate_every": int(match["recal"]),
+        "group_weighting": _weighting(match),
     }
 
 
 def _cgrpo_runs(config: Config) -> list[str]:
     cgrpo = config["cgrpo"]
     return [
-        cgrpo_run_name(seed, grid, delta, recal)
+        cgrpo_run_name(seed, grid, delta, recal, weighting)
+        for weighting in _group_weightings(config)
         for grid in cgrpo["budget_grids"]
         for delta in cgrpo["deltas"]
         for recal in cgrpo["recalibrate_every"]
@@ -134,14 +156,17 @@ def _cgrpo_spec(config: Config, name: RunName, calibration: str | None) -> dict[
         "budget_grid": list(name.budget_grid),
         "delta": name.delta,
         "recalibrate_every": name.recalibrate_every,
-        "cgrpo": dict(config["cgrpo"]["options"]),
+        "cgrpo": _weighting_options(config["cgrpo"]["options"], name.group_weighting),
         "initial_calibration": calibration,
     }
 
 
 def _cgrpo_setting(record: Mapping[str, Any]) -> str:
     drop = ", drop unanimous" if record.get("drop_unanimous") else ""
-    return f"grid {record['budget_grid']}, delta {format_delta(record['delta'])}, recal {record['recalibrate_every']}{drop}"
+    setting = (
+        f"grid {record['budget_grid']}, delta {format_delta(record['delta'])}, recal {record['recalibrate_every']}"
+    )
+    return setting + drop + _weighting_label(record)
 
 
 # --------------------------------------------------------------------------- fixed-group GRPO
@@ -228,10 +253,13 @@ def _dapo_spec(config: Config, name: RunName, calibration: str | None) -> dict[s
 # --------------------------------------------------------------------------- other stopping rules
 
 
-def ablation_run_name(rule: str, seed: int, grid: Sequence[int], setting: float | None = None) -> str:
-    """``<rule>_s<seed>_g<grid>``, with ``_t<setting>`` for a rule with a parameter (``share``'s tau, say)."""
+def ablation_run_name(
+    rule: str, seed: int, grid: Sequence[int], setting: float | None = None, weighting: str = "tokens"
+) -> str:
+    """``<rule>_s<seed>_g<grid>``, with ``_t<setting>`` for a rule with a parameter (``share``'s tau, say) and
+    ``_weq`` for equal group weights."""
     name = f"{rule}_s{int(seed)}_g{format_grid(grid)}"
-    return name if setting is None else f"{name}_t{setting:g}"
+    return (name if setting is None else f"{name}_t{setting:g}") + _WEIGHTING_SUFFIX[weighting]
 
 
 def _ablation_settings(config: Config, rule: str) -> list:
@@ -247,7 +275,7 @@ def _ablation_settings(config: Config, rule: str) -> list:
 
 def _ablation_fields(rule: str) -> Callable[[re.Match], dict[str, Any]]:
     def parse(match: re.Match) -> dict[str, Any]:
-        fields = {"budget_grid": tuple(parse_grid(match["grid"]))}
+        fields = {"budget_grid": tuple(parse_grid(match["grid"])), "group_weighting": _weighting(match)}
         if "setting" in match.re.groupindex:
             parameter = get_rule(rule).parameter
             fields["stop_setting"] = type(get_rule(rule).defaults[parameter])(float(match["setting"]))
@@ -262,7 +290,8 @@ def _ablation_runs(rule: str) -> Callable[[Config], list[str]]:
             return []
         grid = evaluation_grid(config)
         return [
-            ablation_run_name(rule, seed, grid, setting)
+            ablation_run_name(rule, seed, grid, setting, weighting)
+            for weighting in _group_weightings(config)
             for setting in _ablation_settings(config, rule)
             for seed in config["seeds"]
         ]
@@ -279,7 +308,11 @@ def _ablation_spec(rule: str) -> Callable[[Config, RunName, str | None], dict[st
             options["stop_share"] = name.stop_setting
         elif name.stop_setting is not None:
             options["stopping_options"] = {get_rule(rule).parameter: name.stop_setting}
-        return {"reference_budget": max(name.budget_grid), "budget_grid": list(name.budget_grid), "cgrpo": options}
+        return {
+            "reference_budget": max(name.budget_grid),
+            "budget_grid": list(name.budget_grid),
+            "cgrpo": _weighting_options(options, name.group_weighting),
+        }
 
     return spec_fields
 
@@ -288,7 +321,7 @@ def _ablation_setting(record: Mapping[str, Any]) -> str:
     rule = record["stopping_rule"]
     setting = record.get("stop_setting", record.get("stop_share"))
     value = "" if setting is None else f" {setting:g}"
-    return f"grid {record['budget_grid']}, stop at {rule}{value}"
+    return f"grid {record['budget_grid']}, stop at {rule}{value}" + _weighting_label(record)
 
 
 _MARKERS = "vDPXhp<>*"
@@ -302,7 +335,7 @@ def _rule_method(rule: str, index: int) -> Method:
         name=rule,
         label=cls.label,
         section="cgrpo",
-        pattern=rule + _SEED + r"_g(?P<grid>\d+(?:-\d+)*)" + setting,
+        pattern=rule + _SEED + r"_g(?P<grid>\d+(?:-\d+)*)" + setting + _WEIGHTING,
         parse=_ablation_fields(rule),
         runs=_ablation_runs(rule),
         spec_fields=_ablation_spec(rule),
@@ -325,7 +358,8 @@ METHODS: dict[str, Method] = {
             section="cgrpo",
             pattern=r"cgrpo"
             + _SEED
-            + r"_g(?P<grid>\d+(?:-\d+)*)_d(?P<delta>auto|[0-9.]+(?:e-?[0-9]+)?)_r(?P<recal>\d+)",
+            + r"_g(?P<grid>\d+(?:-\d+)*)_d(?P<delta>auto|[0-9.]+(?:e-?[0-9]+)?)_r(?P<recal>\d+)"
+            + _WEIGHTING,
             parse=_cgrpo_fields,
             runs=_cgrpo_runs,
             spec_fields=_cgrpo_spec,
@@ -433,43 +467,3 @@ def setting_label(record: Mapping[str, Any]) -> str:
             f"Unknown method {method!r} in run {record.get('run')!r}; expected one of {', '.join(METHODS)}."
         )
     return METHODS[method].setting(record)
-
-
-# --------------------------------------------------------------------------- specs of runs
-
-
-def train_spec(config: Config, run: str, model: str, splits: str, calibration: str | None = None) -> TrainSpec:
-    """The training run named `run`; a calibrated method's run starts from the initial calibration in `calibration`."""
-    name = parse_run_name(run)
-    method = METHODS[name.method]
-    if method.calibrated and calibration is None:
-        raise ValueError(f"Run {run!r} starts from an initial calibration; pass its thresholds.json.")
-    fields = {"trainer": method_trainer(config, method.section), **method.spec_fields(config, name, calibration)}
-    if "cgrpo" in fields:
-        fields["cgrpo"] = cgrpo_options(fields["cgrpo"], fields["trainer"])
-    return TrainSpec(
-        run=run,
-        method=name.method,
-        model=model,
-        splits=splits,
-        task=task_spec(config),
-        seed=name.seed,
-        peft=config["peft"],
-        **fields,
-    )
-
-
-def evaluation_spec(config: Config, run: str, model: str, splits: str) -> EvaluationSpec:
-    """The evaluation of `run` (or ``"base"``): its training seed, the first grid, and sampling as in its training.
-
-    The base model is evaluated with the split seed and the `training` options.
-    """
-    name = parse_run_name(run)
-    section = None if name.method == "base" else METHODS[name.method].section
-    seed = name.seed if name.seed is not None else config["splits"]["seed"]
-    settings = evaluation_settings(config, method_trainer(config, section))
-    samples = pool_samples(config, run)
-    # Only where it differs, so that the specs of existing results, and their cached outputs, stay as they were.
-    if samples > max(settings["budget_grid"]):
-        settings["pool_samples"] = samples
-    return EvaluationSpec(run=run, model=model, splits=splits, task=task_spec(config), seed=seed, evaluation=settings)

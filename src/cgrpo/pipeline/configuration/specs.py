@@ -14,7 +14,7 @@ serves every training seed) unless `cgrpo.calibrate_per_seed` draws one per seed
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -116,18 +116,28 @@ def check_model_source(location: str, offline: bool | None = None) -> None:
 # --------------------------------------------------------------------------- specs
 
 
+# A spec field added after results existed: left out of the spec while at its default, so that the spec files of
+# existing results, and so their cached outputs, stay as they were.
+OPTIONAL = {"optional": True}
+
+
 class _Spec:
     """Plain-dict round trip, for Snakemake params and for callers that build specs by hand."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        for spec_field in fields(self):
+            if spec_field.metadata.get("optional") and data[spec_field.name] == spec_field.default:
+                del data[spec_field.name]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | _Spec):
         if isinstance(data, cls):
             return data
         names = {field.name for field in fields(cls)}
-        unknown, missing = set(data) - names, {f.name for f in fields(cls) if f.name not in data}
+        needed = [f for f in fields(cls) if not f.metadata.get("optional")]
+        unknown, missing = set(data) - names, {f.name for f in needed if f.name not in data}
         if unknown or missing:
             raise ValueError(
                 f"{cls.__name__} got unknown keys {sorted(unknown)} and lacks {sorted(missing)}; build it with "
@@ -148,12 +158,17 @@ class _StepSpec(_Spec):
 
 @dataclass(frozen=True)
 class CalibrationSpec(_StepSpec):
-    """The initial calibration of one budget grid (rule calibrate, `cgrpo.pipeline.jobs.runs.calibrate_initial`)."""
+    """The initial calibration of one budget grid (rule calibrate, `cgrpo.pipeline.jobs.runs.calibrate_initial`).
+
+    `prompt_seed` draws the calibration prompts from the calibration split with that seed (None: the split's first
+    ones), so that which prompts calibrate varies between seeds.
+    """
 
     budget_grid: list[int]
     cgrpo: dict[str, Any]
     trainer: dict[str, Any]
     peft: dict[str, Any] | None
+    prompt_seed: int | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass(frozen=True)
@@ -164,6 +179,9 @@ class TrainSpec(_StepSpec):
     `cgrpo.options`, dynamic sampling's `drop_unanimous` and `max_sampling_rounds` among them) and
     `initial_calibration`; GRPO runs set `num_generations` and `compute_matched`; DAPO runs set `num_generations` and
     `dynamic` (`prompts_per_round`, `max_sampling_rounds`). `reference_budget` is the G savings are measured against.
+    With a rollout budget, `budget` holds it (`rollouts`, `include_calibration`, `milestones`: see
+    :func:`budget_spec`); `calibration_prompt_seed` draws a calibrated rule's calibration prompts as
+    `CalibrationSpec.prompt_seed` does.
     """
 
     run: str
@@ -179,6 +197,20 @@ class TrainSpec(_StepSpec):
     num_generations: int | None = None
     compute_matched: bool = False
     dynamic: dict[str, Any] | None = None
+    budget: dict[str, Any] | None = field(default=None, metadata=OPTIONAL)
+    calibration_prompt_seed: int | None = field(default=None, metadata=OPTIONAL)
+
+
+@dataclass(frozen=True)
+class CurveSpec(_StepSpec):
+    """The learning curve of one run (rule curve, `cgrpo.pipeline.jobs.curves.evaluate_curve`): every milestone model
+    the run kept (`record`, its run.json; None for the base model, whose curve is its one point at no rollouts),
+    sampled on the eval split with `evaluation` (`samples` per prompt, `temperature`, `max_new_tokens`,
+    `batch_size`)."""
+
+    run: str
+    record: str | None
+    evaluation: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -255,7 +287,42 @@ def calibration_spec(config: Mapping[str, Any], grid: str, seed: int, model: str
         cgrpo=cgrpo_options(config["cgrpo"]["options"], {}),
         trainer=calibration_trainer_options(config),
         peft=config["peft"],
+        prompt_seed=calibration_prompt_seed(config, int(seed)),
     )
+
+
+def calibration_prompt_seed(config: Mapping[str, Any], seed: int) -> int | None:
+    """The seed a calibration of seed `seed` draws its prompts with (`cgrpo.resample_calibration_prompts`), or None
+    for the calibration split's first prompts."""
+    return int(seed) if config["cgrpo"].get("resample_calibration_prompts") else None
+
+
+def budget_spec(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Every run's rollout budget (`budget`): the rollouts that end it, whether calibration counts, and its
+    milestones, `budget.milestones` equal parts of the budget; None where the step count ends training."""
+    budget = config.get("budget") or {}
+    if budget.get("rollouts") is None:
+        return None
+    rollouts, parts = int(budget["rollouts"]), int(budget["milestones"])
+    return {
+        "rollouts": rollouts,
+        "include_calibration": bool(budget["include_calibration"]),
+        "milestones": [-(-rollouts * part // parts) for part in range(1, parts + 1)],
+    }
+
+
+def budget_max_steps(rollouts: int, trainer: Mapping[str, Any], width: int, smallest_group: int) -> int:
+    """Optimizer steps enough for a run to spend `rollouts`, so that the budget, never the step count, ends it.
+
+    A step trains `per_device_train_batch_size * gradient_accumulation_steps / width` prompts (groups `width` rows
+    wide), each of which drew at least `smallest_group` rollouts; one generation batch more covers the batch that
+    crosses the budget.
+    """
+    prompts = max(
+        1, int(trainer["per_device_train_batch_size"]) * int(trainer.get("gradient_accumulation_steps", 1)) // width
+    )
+    span = int(trainer.get("steps_per_generation") or 1) * int(trainer.get("num_iterations", 1))
+    return -(-rollouts // (prompts * smallest_group)) + span
 
 
 def calibration_trainer_options(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -267,6 +267,11 @@ def _threshold_sets(scores: dict[int, list[float]], settings: dict[str, Any]) ->
     return sets
 
 
+def load_sampling_model(location: str):
+    """The model at `location` for sampling, and its tokenizer padding on the left."""
+    return _load_model(location), load_tokenizer(location, padding_side="left")
+
+
 def _load_model(location: str):
     # On a GPU node (the SLURM profile gives evaluation one) generation runs there, in bfloat16 where supported.
     if torch.cuda.is_available():
@@ -283,8 +288,8 @@ def _sampler(spec: EvaluationSpec):
     if backend == "vllm":
         generate = partial(generate_completions_vllm, load_llm(spec.model))
     else:
-        tokenizer = load_tokenizer(spec.model, padding_side="left")
-        generate = partial(generate_completions, _load_model(spec.model), tokenizer, batch_size=settings["batch_size"])
+        model, tokenizer = load_sampling_model(spec.model)
+        generate = partial(generate_completions, model, tokenizer, batch_size=settings["batch_size"])
 
     def sample(prompts, purpose: str, greedy: bool = False) -> list[list[str]]:
         return generate(

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from ...budget import MILESTONES_FILE, RolloutBudget
 from ...calibration import fit_thresholds
 from ...costs import (
     cpu_seconds,
@@ -23,6 +24,7 @@ from ...costs import (
     rollout_savings_with_calibration,
     rollouts_per_prompt,
 )
+from ...support.learning_signal import signal_summary
 from ..configuration.methods import METHODS
 from ..configuration.specs import CalibrationSpec, TrainSpec, format_grid
 from . import trainers
@@ -31,6 +33,8 @@ from .timing import generation_seconds
 
 logger = logging.getLogger(__name__)
 
+# The folder of a budgeted run's milestone models, in the run's folder.
+MILESTONES = "milestones"
 # Logged by TRL at the end of training rather than per step; kept out of the per-step table.
 _SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos")
 
@@ -62,6 +66,7 @@ def calibrate_initial(spec: CalibrationSpec | dict[str, Any], out_dir: str | Pat
         "wall_s": time.perf_counter() - start,
         "cpu_s": cpu_seconds() - cpu_start,
         "holdout": holdout,
+        "prompt_set": trainer.calibration_prompt_set,
     }
     (out_dir / "thresholds.json").write_text(json.dumps(record, indent=1) + "\n")
     pd.DataFrame(
@@ -89,6 +94,7 @@ def train_run(spec: TrainSpec | dict[str, Any], out_dir: str | Path) -> None:
     align_save_steps(trainer.args)
     totals = ResumableTotals(trainer, resume)
     trainer.add_callback(totals)
+    budget = _rollout_budget(trainer, spec, out_dir / MILESTONES, resume, totals) if spec.budget else None
     trainer.train(resume_from_checkpoint=resume)
     wall, cpu = totals.elapsed(), totals.cpu_elapsed()
     trainer.save_model(str(out_dir / "model"))
@@ -96,11 +102,46 @@ def train_run(spec: TrainSpec | dict[str, Any], out_dir: str | Path) -> None:
     shutil.move(checkpoints / "README.md", out_dir / "model" / "README.md")
     _steps_table(trainer.state.log_history).to_csv(out_dir / "steps.csv", index=False)
     record = _run_record(spec, trainer, wall, cpu, initial)
+    if budget is not None:
+        record["budget"] = _budget_record(spec, budget, out_dir)
     # run.json last: it is what marks the run finished; its checkpoints are then of no further use.
     (out_dir / "run.json").write_text(json.dumps(record, indent=1) + "\n")
     _keep_tracker_files(checkpoints, out_dir / "logs")
     shutil.rmtree(checkpoints)
     logger.info("Run %s: %s", spec.run, {k: v for k, v in record.items() if k != "calibrations"})
+
+
+def _rollout_budget(trainer, spec: TrainSpec, folder: Path, resume: str | None, totals) -> RolloutBudget:
+    """The run's rollout budget and milestone snapshots in `folder`; resumed, the milestones kept up to the
+    checkpoint (the steps after it are trained again, the same way) and the seconds trained before it."""
+    budget = RolloutBudget(
+        trainer,
+        spec.budget["rollouts"],
+        include_calibration=spec.budget["include_calibration"],
+        milestones=spec.budget["milestones"],
+        save_milestones_to=folder,
+    )
+    if resume is None:
+        shutil.rmtree(folder, ignore_errors=True)
+    elif (folder / MILESTONES_FILE).is_file():
+        step = int(Path(resume).name.rpartition("-")[2])
+        kept = json.loads((folder / MILESTONES_FILE).read_text())
+        budget.resume([m for m in kept if m["step"] <= step], totals.cpu_before, totals.before)
+    trainer.add_callback(budget)
+    return budget
+
+
+def _budget_record(spec: TrainSpec, budget: RolloutBudget, out_dir: Path) -> dict[str, Any]:
+    """The budget, where training stopped, and every milestone kept: its step, rollouts (as budgeted, and training
+    alone), the training's CPU and wall seconds up to it (across a resume) and its model folder in the run."""
+    milestones = [
+        {
+            **{key: value for key, value in kept.items() if key != "path"},
+            "model": str(Path(kept["path"]).relative_to(out_dir)),
+        }
+        for kept in budget.milestones_kept
+    ]
+    return {**spec.budget, "stopped_at_step": budget.stopped_at_step, "milestones": milestones}
 
 
 def reuse_compute_matched(source_dir: str | Path, out_dir: str | Path) -> None:
@@ -237,6 +278,9 @@ def _run_record(spec: TrainSpec, trainer, wall: float, cpu: float, initial: dict
         "calibrations": calibrations,
         # Dynamic sampling: every group sampled counts above; what it kept, dropped and how many rounds it took.
         "dynamic": None if dynamic is None else dict(dynamic),
+        "group_weighting": getattr(trainer.args, "group_weighting", "tokens"),
+        # What the batches offered the policy gradient (`cgrpo.support.learning_signal`).
+        **signal_summary(totals),
         # The system message and worked examples every prompt showed, as trained on.
         "prompt": trainers.task_of(spec).prompt_record(),
     }
@@ -256,6 +300,7 @@ def _initial_record(initial: dict[str, Any], delta) -> dict[str, Any]:
         "tokens": initial["tokens"],
         "wall_s": initial["wall_s"],
         "cpu_s": initial["cpu_s"],
+        "prompt_set": initial.get("prompt_set"),
         "initial": True,
         **({"holdout": holdout} if holdout else {}),
     }

@@ -152,7 +152,14 @@ def task_of(spec: Spec):
 
 
 def _split(spec: Spec, task, name: str):
-    return task.to_prompt_dataset(load_split(spec.splits, name))
+    dataset = task.to_prompt_dataset(load_split(spec.splits, name))
+    seed = _calibration_prompt_seed(spec) if name == "calibration" else None
+    # A calibration takes the first prompts of its set: shuffled with a seed, which prompts calibrate varies by seed.
+    return dataset if seed is None else dataset.shuffle(seed=seed)
+
+
+def _calibration_prompt_seed(spec: Spec) -> int | None:
+    return spec.prompt_seed if isinstance(spec, CalibrationSpec) else spec.calibration_prompt_seed
 
 
 def _trainer_options(spec: Spec, output_dir: Path) -> dict[str, Any]:

@@ -1,0 +1,173 @@
+"""The budgeted experiment: specs, run names, and the learning-curve statistics checked by hand."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from cgrpo.pipeline.analysis.curves import budget_calibrations_table, budget_tables, curve_points
+from cgrpo.pipeline.configuration import methods, run_specs, specs
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def _config(path: str = "config/config.yaml", **sections) -> dict:
+    config = yaml.safe_load((REPO / path).read_text())
+    for section, values in sections.items():
+        config[section] = {**config.get(section, {}), **values}
+    validate(config, str(SCHEMA))
+    return config
+
+
+def test_the_default_specs_hold_none_of_the_budget_options():
+    # New spec fields are left out at their defaults, so that the specs and cached results of existing folders stay.
+    config = _config()
+    for run in methods.static_runs(config):
+        spec = run_specs.train_spec(config, run, "model", "splits", "calibration").to_dict()
+        assert not {"budget", "calibration_prompt_seed"} & set(spec), run
+        assert "group_weighting" not in (spec.get("cgrpo") or {}), run
+    calibration = specs.calibration_spec(config, "2-4-8-16-32", 0, "model", "splits").to_dict()
+    assert "prompt_seed" not in calibration
+    assert specs.CalibrationSpec.from_dict(calibration).prompt_seed is None
+
+
+def test_a_budget_gives_every_run_its_milestones_and_steps_enough_to_spend_it():
+    config = _config(budget={"rollouts": 6000, "milestones": 6})
+    grpo = run_specs.train_spec(config, "grpo_s1_G32", "model", "splits")
+    assert grpo.budget == {
+        "rollouts": 6000,
+        "include_calibration": True,
+        "milestones": [1000, 2000, 3000, 4000, 5000, 6000],
+    }
+    # Two prompts a step of 32 rollouts each: 94 steps spend 6,016; one generation batch (8 steps) more.
+    assert grpo.trainer["max_steps"] == 94 + 8
+    cgrpo = run_specs.train_spec(config, "cgrpo_s1_g2-4-8-16-32_dauto_r0", "model", "splits", "calibration")
+    # C-GRPO's prompts may stop at 2 rollouts each.
+    assert cgrpo.trainer["max_steps"] == 1500 + 8
+
+
+def test_equal_group_weights_are_a_setting_of_their_own_runs():
+    config = _config(cgrpo={"group_weightings": ["tokens", "equal"], "ablations": {"rules": ["signal"]}})
+    runs = methods.static_runs(config)
+    assert "cgrpo_s0_g2-4-8-16-32_dauto_r0_weq" in runs and "cgrpo_s0_g2-4-8-16-32_dauto_r0" in runs
+    assert "signal_s2_g2-4-8-16-32_t0.2_weq" in runs
+    name = methods.parse_run_name("signal_s2_g2-4-8-16-32_t0.1_weq")
+    assert (name.method, name.seed, name.stop_setting, name.group_weighting) == ("signal", 2, 0.1, "equal")
+    spec = run_specs.train_spec(config, "cgrpo_s0_g2-4-8-16-32_dauto_r0_weq", "model", "splits", "calibration")
+    assert spec.cgrpo["group_weighting"] == "equal"
+    record = {"method": "cgrpo", "budget_grid": "2-4-8", "delta": "auto", "recalibrate_every": 0}
+    assert methods.setting_label({**record, "group_weighting": "equal"}).endswith(", equal group weights")
+
+
+def test_resampled_calibration_prompts_are_drawn_with_each_seed():
+    config = _config(cgrpo={"calibrate_per_seed": True, "resample_calibration_prompts": True})
+    assert specs.calibration_spec(config, "2-4-8-16-32", 3, "model", "splits").prompt_seed == 3
+    spec = run_specs.train_spec(config, "cgrpo_s3_g2-4-8-16-32_dauto_r0", "model", "splits", "calibration")
+    assert spec.calibration_prompt_seed == 3
+
+
+def _point(rollouts, per_prompt, cpu_s, milestone):
+    return {"milestone": milestone, "step": 0, "rollouts": rollouts, "train_rollouts": rollouts, "cpu_s": cpu_s}
+
+
+def _records():
+    """GRPO (G=4, the only fixed G) and C-GRPO, two identical seeds each, two eval prompts, a budget of 100."""
+    base = {"run": "base", "points": [{**_point(0, None, 0.0, 0), "wall_s": 0.0, "per_prompt": [0.0, 0.5]}]}
+    budget = {"rollouts": 100, "include_calibration": True, "milestones": [50, 100]}
+    runs, curves = [], [base]
+    for seed in (0, 1):
+        grpo = {"run": f"grpo_s{seed}_G4", "method": "grpo", "seed": seed, "num_generations": 4, "budget": budget}
+        cgrpo = {
+            "run": f"cgrpo_s{seed}_g2-4_dauto_r0",
+            "method": "cgrpo",
+            "seed": seed,
+            "budget_grid": "2-4",
+            "delta": "auto",
+            "recalibrate_every": 0,
+            "budget": budget,
+            "calibrations": [{"step": 0, "initial": True, "rollouts": 25, "cpu_s": 2.0, "wall_s": 3.0, "delta": 0.3}],
+        }
+        runs += [grpo, cgrpo]
+        curves.append({"run": grpo["run"], "points": [_with(50, [0.5, 0.5], 5.0), _with(100, [1.0, 0.5], 10.0)]})
+        # The trainer counts the initial calibration's 25 rollouts; its seconds were spent in the calibrate job.
+        curves.append({"run": cgrpo["run"], "points": [_with(50, [0.5, 1.0], 3.0), _with(100, [1.0, 1.0], 8.0)]})
+    return runs, curves
+
+
+def _with(rollouts, per_prompt, cpu_s):
+    return {**_point(rollouts, per_prompt, cpu_s, rollouts), "wall_s": cpu_s, "per_prompt": per_prompt}
+
+
+def test_a_run_starts_after_its_initial_calibration_with_the_base_model_accuracy():
+    runs, curves = _records()
+    points = curve_points(curves[2], runs[1], curves[0])
+    assert [(p["rollouts"], p["cpu_s"], p["per_prompt"]) for p in points] == [
+        (25, 2.0, [0.0, 0.5]),
+        (50, 5.0, [0.5, 1.0]),
+        (100, 10.0, [1.0, 1.0]),
+    ]
+
+
+def test_the_budget_comparison_by_hand():
+    runs, curves = _records()
+    tables = budget_tables(runs, curves, target_share=0.9, resamples=200, seed=0)
+    rows = tables["budget_comparison"].set_index("method")
+    # Mean curves: GRPO 0.25 -> 0.5 at 50 -> 0.75 at 100; C-GRPO 0.25 until 25 -> 0.75 at 50 -> 1.0 at 100.
+    assert rows.loc["grpo", "best fixed G"] == "G=4"
+    assert rows.loc["cgrpo", "target accuracy"] == pytest.approx(0.25 + 0.9 * 0.5)
+    assert rows.loc["cgrpo", "accuracy at budget"] == pytest.approx(1.0)
+    assert rows.loc["cgrpo", "accuracy at budget minus best fixed G"] == pytest.approx(0.25)
+    assert rows.loc["grpo", "mean accuracy over the budget (AUC)"] == pytest.approx(0.5)
+    assert rows.loc["cgrpo", "AUC minus best fixed G"] == pytest.approx(0.125)
+    # The target 0.7 is reached at 90 rollouts by GRPO and at 25 + 0.9 x 25 = 47.5 by C-GRPO.
+    assert rows.loc["grpo", "rollouts to target"] == pytest.approx(90.0)
+    assert rows.loc["cgrpo", "rollouts to target"] == pytest.approx(47.5)
+    assert rows.loc["cgrpo", "speed-up to target over best fixed G"] == pytest.approx(90 / 47.5)
+    # CPU seconds at those rollouts: GRPO 9 s; C-GRPO 2 s of calibration plus 3 x 22.5 / 25 s of training.
+    assert rows.loc["cgrpo", "CPU seconds to target"] == pytest.approx(4.7)
+    assert rows.loc["cgrpo", "CPU speed-up to target over best fixed G"] == pytest.approx(9 / 4.7)
+    low, high = rows.loc[
+        "cgrpo", ["speed-up to target over best fixed G 95% CI low", "speed-up to target over best fixed G 95% CI high"]
+    ]
+    assert low <= 90 / 47.5 <= high
+    curve = tables["budget_curve"].set_index(["method", "rollouts"])
+    assert curve.loc[("cgrpo", 25.0), "difference to best fixed G"] == pytest.approx(0.25 - 0.375)
+    assert len(tables["learning_curve"]) == 4 * 3
+
+
+def test_a_method_that_never_reaches_the_target_has_an_infinite_time_to_it():
+    runs, curves = _records()
+    for curve in curves[2::2]:
+        curve["points"] = [_with(50, [0.0, 0.5], 3.0), _with(100, [0.0, 0.5], 8.0)]
+    rows = budget_tables(runs, curves, target_share=0.9, resamples=50)["budget_comparison"].set_index("method")
+    assert rows.loc["cgrpo", "rollouts to target"] == float("inf")
+    assert rows.loc["cgrpo", "speed-up to target over best fixed G"] == 0.0
+
+
+def test_the_calibrations_table_shows_each_calibration_prompt_set():
+    runs, _ = _records()
+    runs[1]["calibrations"][0]["prompt_set"] = "abc"
+    table = budget_calibrations_table(copy.deepcopy(runs))
+    assert table["prompt_set"].iloc[0] == "abc" and table["prompt_set"].isna().iloc[1]
+    assert list(table["delta"]) == [0.3, 0.3]
+
+
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        ({"budget": {"rollouts": 4, "milestones": 6}}, "fewer than budget.milestones"),
+        ({"budget": {"rollouts": 6000}, "grpo": {"compute_matched": True}}, "set grpo.compute_matched: false"),
+        ({"budget": {"rollouts": 6000}, "grpo": {"num_generations": [], "compute_matched": False}}, "lists none"),
+    ],
+)
+def test_a_budget_that_cannot_compare_is_refused_with_one_sentence(sections, message):
+    from cgrpo.pipeline.configuration.checks import ConfigError, check_config
+
+    config = _config(**sections)
+    with pytest.raises(ConfigError, match=message):
+        check_config(config)

@@ -1,0 +1,8 @@
+"""Sample every milestone model of one run, or the base model, on the eval split (rule curve)."""
+
+from cgrpo.pipeline.jobs.curves import evaluate_curve
+from cgrpo.pipeline.logs import log_to_file
+
+log_to_file(snakemake.log[0], threads=snakemake.threads)
+
+evaluate_curve(snakemake.params.spec, snakemake.output[0])

@@ -1,0 +1,10 @@
+"""The learning-curve tables and figure of a budgeted experiment (rule learning_curves)."""
+
+from cgrpo.pipeline.analysis.curves import write_budget_outputs
+from cgrpo.pipeline.logs import log_to_file
+
+log_to_file(snakemake.log[0])
+
+write_budget_outputs(
+    snakemake.input.runs, snakemake.input.curves, snakemake.params.spec, dict(snakemake.output.items())
+)
