@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import load_script
+from conftest import REPO, load_script
+
+from cgrpo.pipeline.metrics.statistics import t_mean_ci
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "generation_schedule.py"
 
@@ -169,3 +172,23 @@ def test_prompt_cache_times_a_round_and_its_prefill_for_each_prompt_and_round_si
     assert long > 10 * short
     assert (table["prefill_s"] > 0).all() and (table["round_s"] > 0).all()
     assert ((table["prefill_share"] - table["prefill_s"] / table["round_s"]).abs() < 0.01).all()
+
+
+# ---------------------------------------------------------------------- benchmarks/seed_intervals.py
+def test_seed_intervals_rewrites_a_folder_with_the_paired_t_interval_of_its_summary(tmp_path):
+    module = load_script(REPO / "benchmarks" / "seed_intervals.py", "seed_intervals")
+    folder = tmp_path / "one_step_generation"
+    shutil.copytree(REPO / "results" / "reference" / "one_step_generation", folder)
+    assert module.rewrite(folder, resamples=200, seed=0) == ["by_method", "paired"]
+    summary = pd.read_csv(folder / "summary.csv")
+    cgrpo = summary[summary["method"] == "cgrpo"].set_index("seed")["eval_mean_at_k"]
+    grpo = summary[(summary["method"] == "grpo") & (summary["setting"] == "G=32")].set_index("seed")["eval_mean_at_k"]
+    paired = pd.read_csv(folder / "paired.csv").set_index("baseline").loc["GRPO G=32"]
+    column = "sampled accuracy (mean@k) difference"
+    expected = t_mean_ci((cgrpo - grpo).to_numpy())
+    assert (paired[column], paired[f"{column} 95% CI low"], paired[f"{column} 95% CI high"]) == pytest.approx(expected)
+    assert paired["interval"] == "Student's t over 3 seeds (paired for differences)"
+    # The base model's row keeps its bootstrap over eval prompts, which the summary does not hold.
+    base = pd.read_csv(folder / "by_method.csv").set_index("method").loc["base"]
+    committed = pd.read_csv(REPO / "results" / "reference" / "one_step_generation" / "by_method.csv")
+    assert base["greedy accuracy 95% CI low"] == committed.set_index("method").loc["base", "greedy accuracy 95% CI low"]

@@ -13,7 +13,8 @@ from cgrpo.pipeline.analysis.comparison import Resampling
 from cgrpo.pipeline.analysis.frontier import COSTS, frontier_at_cgrpo, frontier_points
 from cgrpo.pipeline.metrics.statistics import t_mean_ci
 
-SEEDS = [0, 1, 2, 3, 4]
+# Six seeds: more than FEW_SEEDS, so that accuracies get the bootstrap over seeds and prompts.
+SEEDS = [0, 1, 2, 3, 4, 5]
 PROMPTS = 40
 ROLLOUTS = COSTS["rollouts_per_prompt"]
 
@@ -48,7 +49,7 @@ def _experiment(points: dict[tuple[str, str], tuple[list[float], list[float]]]) 
     return pd.DataFrame([base, *rows]), Resampling(per_prompt, 400, 0)
 
 
-GRPO = {("grpo", f"G={g}"): ([float(g)] * 5, [a] * 5) for g, a in ((4, 0.5), (16, 0.7), (32, 0.75))}
+GRPO = {("grpo", f"G={g}"): ([float(g)] * 6, [a] * 6) for g, a in ((4, 0.5), (16, 0.7), (32, 0.75))}
 
 
 def test_t_interval_matches_scipy_and_needs_two_values():
@@ -64,11 +65,11 @@ def test_t_interval_matches_scipy_and_needs_two_values():
 
 
 def test_points_report_costs_apart_and_accuracy_with_intervals():
-    summary, resampling = _experiment({("cgrpo", "delta auto"): ([18.0] * 5, [0.6] * 5), **GRPO})
+    summary, resampling = _experiment({("cgrpo", "delta auto"): ([18.0] * 6, [0.6] * 6), **GRPO})
     points = frontier_points(summary, resampling).set_index("setting")
     assert list(points.index) == ["delta auto", "G=4", "G=16", "G=32"]
     row = points.loc["delta auto"]
-    assert row["seeds"] == 5 and row[ROLLOUTS] == pytest.approx(18.0)
+    assert row["seeds"] == 6 and row[ROLLOUTS] == pytest.approx(18.0)
     assert row[COSTS["train_mean_k"]] == pytest.approx(16.0)
     assert row["calibration rollouts per prompt"] == pytest.approx(2.0)
     accuracy = "sampled accuracy (mean@k)"
@@ -81,16 +82,16 @@ def test_each_method_is_interpolated_in_log_cost_at_cgrpo_and_never_extrapolated
     # At 64 rollouts it lies beyond G = 32, where nothing is extrapolated.
     summary, resampling = _experiment(
         {
-            ("cgrpo", "cheap"): ([8.0] * 5, [0.55] * 5),
-            ("cgrpo", "dear"): ([64.0] * 5, [0.8] * 5),
+            ("cgrpo", "cheap"): ([8.0] * 6, [0.55] * 6),
+            ("cgrpo", "dear"): ([64.0] * 6, [0.8] * 6),
             # Just past G = 32 on average, below it in some resamples of the seeds.
-            ("cgrpo", "edge"): ([30.0, 31.0, 33.0, 34.0, 36.0], [0.7] * 5),
+            ("cgrpo", "edge"): ([30.0, 31.0, 33.0, 34.0, 36.0, 35.0], [0.7] * 6),
             **GRPO,
         }
     )
     table = frontier_at_cgrpo(summary, resampling)
     rows = table[table["cost"] == ROLLOUTS].set_index("C-GRPO setting")
-    assert set(rows["method"]) == {"grpo"} and (rows["seeds"] == 5).all()
+    assert set(rows["method"]) == {"grpo"} and (rows["seeds"] == 6).all()
     cheap = rows.loc["cheap"]
     assert cheap["sampled accuracy at C-GRPO's cost"] == pytest.approx(0.6)
     assert cheap["difference"] == pytest.approx(0.05)
@@ -115,8 +116,8 @@ def test_each_method_is_interpolated_in_log_cost_at_cgrpo_and_never_extrapolated
 def test_the_difference_is_paired_by_seed_and_prompt():
     # GRPO's runs repeat C-GRPO's per-prompt outcomes at every group size, so every resample's difference is zero:
     # paired, the interval has no width; unpaired it would span the prompts' noise.
-    same = {("grpo", f"G={g}"): ([float(g)] * 5, [0.6] * 5) for g in (4, 16, 32)}
-    summary, resampling = _experiment({("cgrpo", "delta auto"): ([6.0, 7.0, 8.0, 9.0, 10.0], [0.6] * 5), **same})
+    same = {("grpo", f"G={g}"): ([float(g)] * 6, [0.6] * 6) for g in (4, 16, 32)}
+    summary, resampling = _experiment({("cgrpo", "delta auto"): ([6.0, 7.0, 8.0, 9.0, 10.0, 11.0], [0.6] * 6), **same})
     row = frontier_at_cgrpo(summary, resampling).iloc[0]
     assert row["difference"] == pytest.approx(0.0)
     assert row["difference 95% CI low"] == pytest.approx(0.0) == row["difference 95% CI high"]
@@ -124,10 +125,27 @@ def test_the_difference_is_paired_by_seed_and_prompt():
 
 def test_a_method_of_one_setting_has_no_frontier_and_unequal_seeds_are_left_out():
     summary, resampling = _experiment(
-        {("cgrpo", "delta auto"): ([8.0] * 5, [0.55] * 5), ("signal", "0.1"): ([9.0] * 5, [0.6] * 5), **GRPO}
+        {("cgrpo", "delta auto"): ([8.0] * 6, [0.55] * 6), ("signal", "0.1"): ([9.0] * 6, [0.6] * 6), **GRPO}
     )
     table = frontier_at_cgrpo(summary, resampling)
     assert set(table["method"]) == {"grpo"}
     # A seed that one setting lacks is left out of every paired resample.
     partial = summary[~((summary["setting"] == "G=4") & (summary["seed"] == 4))]
-    assert set(frontier_at_cgrpo(partial, resampling)["seeds"]) == {4}
+    assert set(frontier_at_cgrpo(partial, resampling)["seeds"]) == {5}
+
+
+def test_with_few_seeds_each_seed_frontier_gives_a_paired_t_interval():
+    # Three seeds: C-GRPO at 8 rollouts, halfway between G = 4 and G = 16, where GRPO's frontier is 0.6 in every seed.
+    grpo = {("grpo", f"G={g}"): ([float(g)] * 3, [a] * 3) for g, a in ((4, 0.5), (16, 0.7), (32, 0.75))}
+    summary, resampling = _experiment({("cgrpo", "cheap"): ([8.0] * 3, [0.55, 0.5, 0.6]), **grpo})
+    row = frontier_at_cgrpo(summary, resampling).set_index("cost").loc[ROLLOUTS]
+    mean, low, high = t_mean_ci([0.05, 0.1, 0.0])
+    assert row["difference"] == pytest.approx(mean)
+    assert (row["difference 95% CI low"], row["difference 95% CI high"]) == pytest.approx((low, high))
+    assert row["interval"] == "Student's t over 3 seeds (paired for differences)"
+    points = frontier_points(summary, resampling).set_index("setting")
+    accuracy = "sampled accuracy (mean@k)"
+    interval = t_mean_ci([0.55, 0.5, 0.6])
+    assert tuple(points.loc["cheap", [accuracy, f"{accuracy} 95% CI low", f"{accuracy} 95% CI high"]]) == pytest.approx(
+        interval
+    )

@@ -3,11 +3,13 @@ every trained method against the base model (``over_base``).
 
 An accuracy's interval is a percentile bootstrap (:func:`cgrpo.pipeline.metrics.statistics.bootstrap_mean_ci`) that
 resamples the training seeds and the eval prompts: every run is evaluated on the same prompts, so a run's per-prompt
-accuracies (the eval record's ``per_prompt``) form one row of a seeds x prompts table. A cost has no prompts, only one
-value per seed, and gets Student's t interval over the seeds (:func:`cgrpo.pipeline.metrics.statistics.t_mean_ci`): a
-bootstrap of three seeds would be their range. Paired differences subtract the baseline's values from C-GRPO's, seed
-by seed and prompt by prompt, before either (for a cost, the paired t interval). The base model, a single run, gets
-an interval from its prompts alone.
+accuracies (the eval record's ``per_prompt``) form one row of a seeds x prompts table. With :data:`FEW_SEEDS` seeds or
+fewer that bootstrap resamples the seeds like the range of a handful of values and comes out too narrow, so the
+interval is Student's t over the seeds' means instead (:func:`cgrpo.pipeline.metrics.statistics.t_mean_ci`), as a
+cost's always is (a cost has no prompts, only one value per seed). Paired differences subtract the baseline's values
+from C-GRPO's, seed by seed and prompt by prompt, before either (the paired t interval, or the paired bootstrap). The
+base model, a single run, gets an interval from its prompts alone. Each table's ``interval`` column names the one
+used.
 """
 
 from __future__ import annotations
@@ -28,15 +30,19 @@ __all__ = [
     "BY_METHOD_METRICS",
     "CI_HIGH",
     "CI_LOW",
+    "FEW_SEEDS",
     "PAIRED_METRICS",
     "Resampling",
     "by_method_table",
+    "interval_name",
     "means_with_intervals",
     "over_base_table",
     "paired_table",
 ]
 
 CI_LOW, CI_HIGH = "95% CI low", "95% CI high"
+# Up to this many seeds, an accuracy's interval is Student's t over the seeds' means rather than a bootstrap.
+FEW_SEEDS = 5
 
 # summary column -> plain-language name in the by_method table.
 BY_METHOD_METRICS = {
@@ -96,12 +102,24 @@ class Resampling:
         return pd.to_numeric(group[column], errors="coerce").to_numpy(dtype=float)
 
     def interval(self, table: np.ndarray, *labels: str) -> tuple[float, float, float]:
-        """Mean and interval of `table`: t over seeds for one value per seed, else a bootstrap over seeds and prompts
-        with a resampling stream of its own for each `labels`."""
+        """Mean and interval of `table` (see :func:`interval_name`): t over seeds for one value per seed or for a
+        seeds x prompts table of 2 to `FEW_SEEDS` seeds (over the seeds' means), else a bootstrap over seeds and
+        prompts with a resampling stream of its own for each `labels`."""
         if np.ndim(table) == 1:
             return t_mean_ci(table)
+        if 1 < len(table) <= FEW_SEEDS:
+            return t_mean_ci(np.asarray(table, dtype=float).mean(axis=1))
         stream = zlib.crc32("|".join(labels).encode())
         return bootstrap_mean_ci(table, self.resamples, [self.seed, stream])
+
+
+def interval_name(seeds: int) -> str:
+    """What an accuracy's interval over `seeds` seeds is, for a table's `interval` column."""
+    if seeds == 1:
+        return "bootstrap over eval prompts"
+    if seeds <= FEW_SEEDS:
+        return f"Student's t over {seeds} seeds (paired for differences)"
+    return f"bootstrap over {seeds} seeds and eval prompts, paired for differences (costs: Student's t over seeds)"
 
 
 def means_with_intervals(
@@ -135,6 +153,7 @@ def by_method_table(
             "setting": setting,
             "seeds": len(group),
             **means_with_intervals(group, metrics, resampling, f"{method} {setting}"),
+            "interval": interval_name(len(group)),
         }
         for (method, setting), group in summary.groupby(["method", "setting"], sort=False)
     ]
@@ -190,6 +209,7 @@ def paired_table(
                 label = f"{metric} difference"
                 interval = resampling.interval(difference, setting, name, column)
                 row.update(dict(zip((label, f"{label} {CI_LOW}", f"{label} {CI_HIGH}"), interval)))
+            row["interval"] = interval_name(len(seeds))
             rows.append(row)
     return pd.DataFrame(rows, columns=None if rows else ["C-GRPO setting", "baseline", "paired seeds"])
 
@@ -214,5 +234,6 @@ def over_base_table(
             label = f"{metric} gain"
             interval = resampling.interval(difference, "over base", method, setting, column)
             row.update(dict(zip((label, f"{label} {CI_LOW}", f"{label} {CI_HIGH}"), interval)))
+        row["interval"] = interval_name(len(group))
         rows.append(row)
     return pd.DataFrame(rows, columns=None if rows else ["method", "setting", "seeds"])

@@ -10,7 +10,9 @@ outside a method's range leaves its row empty. The interval of a difference is a
 resample draws the training seeds and the eval prompts once, for every run of every method alike (every run is
 evaluated on the same prompts, every method trained on the same seeds), and recomputes both frontiers and the
 interpolation; resamples whose C-GRPO cost falls outside the method's resampled range are left out, and their share
-is reported. A cost outside the observed range gets neither a difference nor an interval.
+is reported. With `FEW_SEEDS` seeds or fewer, each seed's frontier is interpolated instead, and the interval is the
+paired t interval over the seeds' differences (defined where every seed's frontier reaches C-GRPO's cost). A cost
+outside the observed range gets neither a difference nor an interval.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 from ..configuration.methods import method_label
-from .comparison import Resampling, means_with_intervals
+from ..metrics.statistics import t_mean_ci
+from .comparison import FEW_SEEDS, Resampling, interval_name, means_with_intervals
 
 __all__ = ["COSTS", "frontier_at_cgrpo", "frontier_points"]
 
@@ -58,6 +61,7 @@ def frontier_points(summary: pd.DataFrame, resampling: Resampling) -> pd.DataFra
         row = {"method": method, "label": method_label(method), "setting": setting, "seeds": len(group)}
         row.update(means_with_intervals(group, POINT_METRICS, resampling, f"frontier {method} {setting}"))
         row["calibration rollouts per prompt"] = row[COSTS["rollouts_per_prompt"]] - row[COSTS["train_mean_k"]]
+        row["interval"] = interval_name(len(group))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -91,6 +95,19 @@ def _resampled_means(arrays: Mapping[str, np.ndarray], seed_draws: np.ndarray, p
     return means
 
 
+def _draws(seeds: int, prompts: int, resampling: Resampling, few: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Row 0 draws the observed sample itself; the other rows are the bootstrap resamples of seeds and prompts, or
+    with few seeds one row per seed alone (its own frontier), all prompts."""
+    if few:
+        return np.vstack([np.arange(seeds), *([s] * seeds for s in range(seeds))]), np.tile(
+            np.arange(prompts), (seeds + 1, 1)
+        )
+    rng = np.random.default_rng([resampling.seed, seeds, prompts])
+    seed_draws = np.vstack([np.arange(seeds), rng.integers(0, seeds, (resampling.resamples, seeds))])
+    prompt_draws = np.vstack([np.arange(prompts), rng.integers(0, prompts, (resampling.resamples, prompts))])
+    return seed_draws, prompt_draws
+
+
 def _interpolate(costs: np.ndarray, accuracies: np.ndarray, target: np.ndarray) -> np.ndarray:
     """Row by row, the accuracy at `target` cost along the frontier (settings x resamples), NaN outside its range."""
     values = np.full(target.shape, math.nan)
@@ -115,10 +132,8 @@ def frontier_at_cgrpo(summary: pd.DataFrame, resampling: Resampling, confidence:
     if not seeds or not arrays:
         return pd.DataFrame()
     prompts = next(iter(arrays.values()))[ACCURACY].shape[1]
-    rng = np.random.default_rng([resampling.seed, len(seeds), prompts])
-    # Row 0 is the observed sample itself; the others are the resamples.
-    seed_draws = np.vstack([np.arange(len(seeds)), rng.integers(0, len(seeds), (resampling.resamples, len(seeds)))])
-    prompt_draws = np.vstack([np.arange(prompts), rng.integers(0, prompts, (resampling.resamples, prompts))])
+    few = len(seeds) <= FEW_SEEDS
+    seed_draws, prompt_draws = _draws(len(seeds), prompts, resampling, few)
     means = {key: _resampled_means(value, seed_draws, prompt_draws) for key, value in arrays.items()}
     methods = pd.Series([method for method, _ in means]).value_counts()
     curves = [method for method in methods.index if method != "cgrpo" and methods[method] > 1]
@@ -137,7 +152,11 @@ def frontier_at_cgrpo(summary: pd.DataFrame, resampling: Resampling, confidence:
                 inside = difference[1:][np.isfinite(difference[1:])]
                 # Outside the observed range there is no estimate, so no interval either, whatever a few resamples say.
                 defined = math.isfinite(difference[0]) and inside.size
-                low, high = np.quantile(inside, [alpha, 1.0 - alpha]) if defined else (math.nan, math.nan)
+                if few:
+                    defined = defined and inside.size == len(seeds)
+                    low, high = t_mean_ci(inside, confidence)[1:] if defined else (math.nan, math.nan)
+                else:
+                    low, high = np.quantile(inside, [alpha, 1.0 - alpha]) if defined else (math.nan, math.nan)
                 rows.append(
                     {
                         "C-GRPO setting": setting,
@@ -150,8 +169,9 @@ def frontier_at_cgrpo(summary: pd.DataFrame, resampling: Resampling, confidence:
                         "difference": difference[0],
                         "difference 95% CI low": low,
                         "difference 95% CI high": high,
-                        "resamples within range": inside.size / resampling.resamples,
+                        "resamples within range": inside.size / (len(seed_draws) - 1),
                         "seeds": len(seeds),
+                        "interval": interval_name(len(seeds)),
                     }
                 )
     return pd.DataFrame(rows)
