@@ -134,9 +134,9 @@ def test_profiles():
     gpu_rules = {
         match
         for path in (REPO / "workflow" / "rules").glob("*.smk")
-        for match in re.findall(r"^rule (train\w*|calibrate|evaluate):", path.read_text(), re.MULTILINE)
+        for match in re.findall(r"^rule (train\w*|calibrate|evaluate|format_rate):", path.read_text(), re.MULTILINE)
     }
-    assert gpu_rules == {"train_cgrpo", "train", "calibrate", "evaluate"}
+    assert gpu_rules == {"train_cgrpo", "train", "calibrate", "evaluate", "format_rate"}
     local_slurm = load(REPO / "workflow" / "profiles" / "slurm-local" / "config.yaml")
     for rule in gpu_rules:
         assert slurm["set-resources"][rule]["gpu"] == 1, rule

@@ -171,13 +171,18 @@ TABLES = [
 ]
 PLOTS = ["pareto", "training_curves", "thresholds", "coverage", "delta_sweep", "frontier"]
 REPLAY_TABLES = ["replay", "replay_at_cgrpo"]
+BASE_MODEL_TABLES = ["format_rate"]
 
 
 def final_outputs():
     """The targets of the workflow, the tables (csv and markdown) and the plots."""
     exp = config["experiment"]
     return [
-        *(f"results/{exp}/tables/{t}.{ext}" for t in TABLES + REPLAY_TABLES for ext in ("csv", "md")),
+        *(
+            f"results/{exp}/tables/{t}.{ext}"
+            for t in TABLES + REPLAY_TABLES + BASE_MODEL_TABLES
+            for ext in ("csv", "md")
+        ),
         *(f"results/{exp}/plots/{p}.png" for p in PLOTS + ["replay"]),
     ]
 
@@ -248,6 +253,13 @@ def calibrate_spec(wildcards):
     """Spec of cgrpo.pipeline.jobs.runs.calibrate_initial for the grid and seed in the wildcards."""
     model = base_model_location(base_model_record(wildcards))
     spec = specs.calibration_spec(config, wildcards.grid, wildcards.calseed, model, splits_folder(wildcards))
+    return provenance.canonical(spec.to_dict())
+
+
+def format_rate_spec(wildcards):
+    """Spec of cgrpo.pipeline.jobs.format_rate.measure_format_rate: the base model before training."""
+    model = base_model_location(base_model_record(wildcards))
+    spec = specs.format_rate_spec(config, model, splits_folder(wildcards))
     return provenance.canonical(spec.to_dict())
 
 
