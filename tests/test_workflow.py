@@ -138,7 +138,11 @@ def test_profiles():
     }
     assert gpu_rules == {"train_cgrpo", "train", "calibrate", "evaluate", "format_rate"}
     local_slurm = load(REPO / "workflow" / "profiles" / "slurm-local" / "config.yaml")
+    # On one GPU machine those jobs take turns on the one GPU.
+    one_gpu = load(REPO / "workflow" / "profiles" / "gpu" / "config.yaml")
+    assert one_gpu["resources"] == ["gpu=1"]
     for rule in gpu_rules:
+        assert one_gpu["set-resources"][rule]["gpu"] == 1, rule
         assert slurm["set-resources"][rule]["gpu"] == 1, rule
         assert slurm["set-threads"][rule] == 4, rule
         assert local_slurm["set-resources"][rule]["mem_mb"] <= 2000, rule
