@@ -141,13 +141,54 @@ def test_a_null_eval_size_is_refused_naming_the_key():
         plan_jobs(planned({"splits": {"sizes": {"eval": None}}}))
 
 
-def test_the_plan_counts_the_jobs_a_dry_run_plans(tmp_path):
-    result = snakemake(workdir_like_repo(tmp_path), "-n", "--cores", "1", "--configfile", str(GPU_CONFIG))
+@pytest.mark.parametrize(
+    "configs",
+    [
+        ["gsm8k_qwen.yaml"],
+        # Calibrations per seed, calibration-free rules and the signal rule, which calibrates itself.
+        ["frontier.yaml"],
+        # Compute matching (its runs come after the checkpoint, which a dry run cannot plan) and DAPO.
+        ["config.yaml", "overrides/long.yaml", "overrides/with_dapo.yaml"],
+    ],
+    ids=["gsm8k_qwen", "frontier", "with_dapo"],
+)
+def test_the_plan_counts_the_jobs_a_dry_run_plans(tmp_path, configs):
+    paths = [REPO / "config" / name for name in configs]
+    result = snakemake(workdir_like_repo(tmp_path), "-n", "--cores", "1", "--configfile", *map(str, paths))
     assert result.returncode == 0, result.stdout
-    planned_rules = plan_jobs(planned())["rule"].value_counts().to_dict()
+    config = {}
+    for path in paths:
+        update_config(config, yaml.safe_load(path.read_text()))
+    validate(config, schema=str(SCHEMA))
+    jobs = plan_jobs(config)
+    planned_rules = jobs[~jobs["job"].str.endswith("_matched")]["rule"].value_counts().to_dict()
     dry_run = job_counts(result.stdout)
     assert planned_rules == {rule: dry_run[rule] for rule in planned_rules}
-    assert set(dry_run) - set(planned_rules) == {"base_model", "split", "replay", "aggregate", "plots", "all", "total"}
+    assert set(dry_run) - set(planned_rules) <= {"base_model", "split", "match_compute", "replay", "aggregate"} | {
+        "plots",
+        "all",
+        "total",
+    }
+
+
+def test_stopping_rules_dapo_and_calibrations_per_seed_by_hand():
+    config = yaml.safe_load((REPO / "config" / "frontier.yaml").read_text())
+    validate(config, schema=str(SCHEMA))
+    jobs = plan_jobs(config).set_index("job")
+    # 48 steps of 2 prompts; a calibration per seed of 32 prompts x 32; the signal rule fits itself once (its default
+    # refit every 50 steps never comes in 48), ESC never.
+    assert list(jobs.loc[jobs["rule"] == "calibrate", "rollouts"]) == [1_024] * 5
+    assert jobs.loc["signal_s0_g2-4-8-16-32_t0.1", "calibration_rollouts"] == 1_024
+    assert jobs.loc["esc_s0_g2-4-8-16-32_t2", "calibration_rollouts"] == 0
+    assert jobs.loc["esc_s0_g2-4-8-16-32_t2", "rollouts"] == 96 * 32
+    with_dapo = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for name in ("overrides/long.yaml", "overrides/with_dapo.yaml"):
+        update_config(with_dapo, yaml.safe_load((REPO / "config" / name).read_text()))
+    validate(with_dapo, schema=str(SCHEMA))
+    dapo = plan_jobs(with_dapo).set_index("job").loc["dapo_s0_G32"]
+    # 160 steps of 2 prompts in generation batches of 8 steps: 20 batches, each at least one round of 3 x 16 prompts.
+    assert dapo["rollouts"] == 20 * 48 * 32 and dapo["basis"].startswith("least")
+    assert dapo["trained_tokens"] == 320 * 32 * 40
 
 
 def test_the_script_prints_the_totals_per_method_and_refuses_bad_input():

@@ -103,7 +103,8 @@ def _row(rule, job, method, prompts, rollouts, calibration, completion, tokens, 
 def _format_rate_job(config: Config, tokens: TokenCounts) -> dict[str, Any]:
     check = config["format_check"]
     completion = _completion(config, tokens, config["evaluation"]["max_new_tokens"])
-    prompts = check["prompts"]
+    train = config["splits"]["sizes"]["train"]
+    prompts = min(check["prompts"], train) if train else check["prompts"]
     return _row(
         "format_rate", "format_rate", "base", prompts, prompts * check["samples"], 0, completion, tokens, 0, "exact"
     )
@@ -159,7 +160,9 @@ def _training_job(config: Config, run: str, tokens: TokenCounts, mean_k: float |
     rule = "train_cgrpo" if METHODS[spec.method].calibrated else "train"
     if spec.budget_grid is None:
         rollouts, basis = _fixed_group_rollouts(spec, steps, prompts, span)
-        return _row(rule, run, spec.method, prompts, rollouts, 0, completion, tokens, rollouts * epochs, basis)
+        # DAPO trains on as many groups as GRPO; the groups it drops were drawn, not trained on.
+        trained = prompts * spec.num_generations * epochs
+        return _row(rule, run, spec.method, prompts, rollouts, 0, completion, tokens, trained, basis)
     largest = max(spec.budget_grid)
     training, basis = (round(prompts * mean_k), f"mean k {mean_k:g}") if mean_k else (prompts * largest, "worst case")
     fit = _calibration_examples(config, spec.cgrpo) * largest
