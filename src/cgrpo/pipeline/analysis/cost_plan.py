@@ -21,8 +21,8 @@ from ...config import CGRPOConfig
 from ...costs import calibration_steps, generation_span
 from ...stopping import get_rule
 from ..configuration.checks import generation_batch_size
-from ..configuration.methods import METHODS, TrainSpec, grpo_run_name, static_runs, train_spec
-from ..configuration.specs import calibration_seed, format_grid, pool_samples
+from ..configuration.methods import METHODS, grpo_run_name, static_runs, train_spec
+from ..configuration.specs import TrainSpec, calibration_seed, format_grid, pool_samples
 from .matching import matched_group_size
 
 __all__ = ["CALIBRATION_SHARE_LIMIT", "Throughput", "TokenCounts", "plan_jobs", "plan_report"]
@@ -125,9 +125,9 @@ def _calibration_jobs(config: Config, tokens: TokenCounts) -> list[dict[str, Any
     options = config["cgrpo"]["options"]
     completion = _completion(config, tokens, config["training"].get("max_completion_length"))
     seeds = sorted({calibration_seed(config, seed) for seed in config["seeds"]})
+    examples = _calibration_examples(config, options)
     rows = []
     for grid in config["cgrpo"]["budget_grids"]:
-        examples = _calibration_examples(config, options)
         rollouts = examples * max(grid)
         for seed in seeds:
             job = f"calibration/{format_grid(grid)}/s{seed}"
@@ -165,6 +165,8 @@ def _training_job(config: Config, run: str, tokens: TokenCounts, mean_k: float |
         return _row(rule, run, spec.method, prompts, rollouts, 0, completion, tokens, trained, basis)
     largest = max(spec.budget_grid)
     training, basis = (round(prompts * mean_k), f"mean k {mean_k:g}") if mean_k else (prompts * largest, "worst case")
+    if spec.cgrpo.get("drop_unanimous"):
+        basis += ", one sampling round per generation batch (drop_unanimous may refill more)"
     fit = _calibration_examples(config, spec.cgrpo) * largest
     calibration = _in_run_calibrations(spec, steps, span) * fit
     # The run's record counts C-GRPO's initial calibration, drawn by its calibrate job, as the run's cost too.
