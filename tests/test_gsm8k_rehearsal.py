@@ -3,9 +3,10 @@
 The shipped config runs end to end through the workflow, changed only by values given in a second `--configfile`
 (`cpu_overrides`): a tiny local Qwen2-architecture model with Qwen2.5's special tokens and chat template in place of
 `Qwen/Qwen2.5-0.5B-Instruct`, a small GSM8K-format JSONL pair (`train` and `test`) in place of `openai/gsm8k`, and
-sizes, steps and lengths a CPU runs in minutes. Everything else is the config's own: chat prompts, `####` answers,
-LoRA on the Qwen2 projection modules, the loss, the reward weights, the budget grid, both deltas, both fixed GRPO group
-sizes and compute matching.
+sizes, steps and lengths a CPU runs in minutes, and HF generate in place of vLLM (which needs a GPU here). Everything
+else is the config's own: chat prompts with the system message and worked examples, `####` answers, LoRA on the Qwen2
+projection modules, gradient accumulation, the loss, the reward weights, the budget grid, both deltas, the four fixed
+GRPO group sizes and the format-rate check.
 
 `run_rehearsal(tmp_path, profile=None)` takes an optional Snakemake workflow profile, so that the same run can go
 through a (local) SLURM profile where a scheduler is present.
@@ -50,38 +51,43 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
 
-# Sizes of the GSM8K stand-in: `train` holds the training and calibration splits, `test` is the eval split.
+# Sizes of the GSM8K stand-in: `train` holds the worked examples and the training and calibration splits, `test` is
+# the eval split.
 NUM_TRAIN, NUM_TEST = 40, 8
 NUM_CALIBRATION = 12
 # The stand-in model's warm start (see `warm_start`).
-WARM_START_PROMPTS, WARM_START_STEPS = 8, 60
+WARM_START_PROMPTS, WARM_START_STEPS = 8, 40
 
 
 def cpu_overrides(model_dir: Path, data_dir: Path) -> dict:
     """The values that turn the GPU config into a CPU run of a few minutes; every key is one the config sets.
 
-    Left as configured: `splits.sizes.train` and `.eval` (null: what calibration leaves, and the whole `test`
-    file), `per_device_train_batch_size` 96 (so the compute-matched G is chosen among the same divisors), `bf16`
-    (autocast on CPU), the learning rate, temperature, loss, reward weights, grid, deltas, group sizes, the other
-    evaluation settings and `peft`. `use_cpu` must be true on a machine without a GPU: TRL refuses bf16 otherwise.
+    Left as configured: `splits.sizes.train` (null: what the worked examples and calibration leave), the micro-batch
+    of 32 rows and its 3 accumulation steps, `bf16` (autocast on CPU), the learning rate, temperature, loss, reward
+    weights, grid, deltas, group sizes, the other evaluation settings and `peft`. `use_cpu` must be true on a machine
+    without a GPU: TRL refuses bf16 otherwise; vLLM, which the config uses on a GPU, is replaced by HF generate.
     """
     return {
         "seeds": [0],
         "task": {"options": {"source": str(data_dir / "gsm8k_{split}.jsonl")}},
         "base_model": {"path": str(model_dir)},
-        "splits": {"sizes": {"calibration": NUM_CALIBRATION}},
-        # Steps scaled like max_steps (500 -> 2): a refit after the first step, as every 50 of 500. With one step per
-        # generation batch, every method's, each step starts a generation batch, where a refit can start.
+        # The whole `test` file is the eval split (320 of GSM8K's 1,319 configured).
+        "splits": {"sizes": {"calibration": NUM_CALIBRATION, "eval": None}},
+        # Steps scaled like max_steps (480 -> 2): a refit after the first step, as at 240 of 480. With one optimizer
+        # step (3 micro-batches) per generation batch, every method's, each step starts a generation batch, where a
+        # refit can start.
         "training": {
             "max_steps": 2,
             "max_completion_length": 16,
             "use_cpu": True,
             "bf16": True,
-            "steps_per_generation": 1,
+            "steps_per_generation": 3,
+            "use_vllm": False,
         },
-        # 10 of 12 calibration examples (200 of 500 configured): 1/(n + 1) <= 0.1, the fixed delta, needs n >= 9.
-        "cgrpo": {"recalibrate_every": [1], "options": {"num_calibration_samples": 10}},
-        "evaluation": {"max_new_tokens": 16},
+        # 10 of 12 calibration examples (96 configured): 1/(n + 1) <= 0.1, the fixed delta, needs n >= 9.
+        "cgrpo": {"recalibrate_every": [1], "options": {"num_calibration_samples": 10, "calibration_batch_size": 10}},
+        "evaluation": {"max_new_tokens": 16, "backend": "hf"},
+        "format_check": {"prompts": 8},
     }
 
 
@@ -138,7 +144,7 @@ def write_gsm8k(data_dir: Path) -> dict[str, list[dict[str, str]]]:
     return splits
 
 
-def build_qwen_like_model(model_dir: Path, rows: list[dict[str, str]], seed: int = 0) -> Path:
+def build_qwen_like_model(model_dir: Path, rows: list[dict[str, str]], data_dir: Path, seed: int = 0) -> Path:
     """A tiny Qwen2ForCausalLM with Qwen2.5's special tokens and chat template, warm-started to answer `#### 12`.
 
     Transformers loads the tokenizer of any `qwen2` model folder as `Qwen2Tokenizer`, which keeps the saved vocabulary
@@ -163,7 +169,14 @@ def build_qwen_like_model(model_dir: Path, rows: list[dict[str, str]], seed: int
         show_progress=False,
     )
     texts = [row[key] for row in rows for key in ("question", "answer")]
-    scaffolding = [DEFAULT_SYSTEM, "system", "user", "assistant", "End with '#### <answer>'."]
+    scaffolding = [
+        DEFAULT_SYSTEM,
+        config_task(data_dir).system_prompt,
+        "system",
+        "user",
+        "assistant",
+        "End with '#### <answer>'.",
+    ]
     bpe.train_from_iterator(texts + scaffolding, trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
@@ -202,31 +215,38 @@ def build_qwen_like_model(model_dir: Path, rows: list[dict[str, str]], seed: int
     )
     model.save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
-    warm_start(model, AutoTokenizer.from_pretrained(model_dir), [row["question"] for row in rows[:WARM_START_PROMPTS]])
+    questions = [row["question"] for row in rows[:WARM_START_PROMPTS]]
+    warm_start(model, AutoTokenizer.from_pretrained(model_dir), questions, config_task(data_dir))
     model.save_pretrained(model_dir)
     return model_dir
 
 
-def warm_start(model, tokenizer, questions: list[str], steps: int = WARM_START_STEPS) -> None:
-    """A few full-batch steps teaching `model` to answer the task's chat prompts with `#### 12` (in the configured
-    answer format) and EOS.
+def config_task(data_dir: Path):
+    """The config's task (its chat prompt, system message and worked examples) on the stand-in files in `data_dir`."""
+    from cgrpo.pipeline.tasks import get_task
+
+    options = yaml.safe_load(GPU_CONFIG.read_text())["task"]["options"]
+    return get_task("gsm8k", **{**options, "source": str(data_dir / "gsm8k_{split}.jsonl")})
+
+
+def warm_start(model, tokenizer, questions: list[str], task, steps: int = WARM_START_STEPS) -> None:
+    """A few full-batch steps teaching `model` to answer `task`'s chat prompts with `#### 12` (in the task's answer
+    format) and EOS.
 
     A random model never writes a well-formed answer, so every reward would be 0, no advantage would be nonzero and
-    no conformal set would ever hold a single answer. With the habit about 90% of samples answer 12 and the rest
-    something else or nothing: rewards vary within groups, and C-GRPO stops prompts before the largest budget.
+    no conformal set would ever hold a single answer. With the habit about 70% of samples answer 12, a fifth nothing
+    gradable and the rest something else: rewards vary within groups, and C-GRPO stops prompts before the largest
+    budget. (60 steps, on these few-shot prompts, made 90% answer 12 and left C-GRPO's groups at delta 0.1 uniform.)
     """
     import torch
 
-    from cgrpo.pipeline.tasks import get_task
     from cgrpo.pipeline.tasks.answers import format_answer
 
-    answer_format = yaml.safe_load(GPU_CONFIG.read_text())["task"]["options"]["answer_format"]
-    task = get_task("gsm8k", answer_format=answer_format, chat=True)
     prompts = [
         tokenizer.apply_chat_template(task.format_prompt(question), tokenize=False, add_generation_prompt=True)
         for question in questions
     ]
-    habit = tokenizer(format_answer("12", answer_format), add_special_tokens=False).input_ids
+    habit = tokenizer(format_answer("12", task.answer_format), add_special_tokens=False).input_ids
     answer = [*habit, tokenizer.eos_token_id]
     sequences = [tokenizer(prompt, add_special_tokens=False).input_ids + answer for prompt in prompts]
     width = max(map(len, sequences))
@@ -284,7 +304,7 @@ def run_rehearsal(tmp_path: Path, profile: str | Path | None = None) -> Rehearsa
     `profile` is a Snakemake workflow profile (say a local SLURM one); None runs locally on 2 cores.
     """
     splits = write_gsm8k(tmp_path / "data")
-    model_dir = build_qwen_like_model(tmp_path / "qwen-tiny", splits["train"] + splits["test"])
+    model_dir = build_qwen_like_model(tmp_path / "qwen-tiny", splits["train"] + splits["test"], tmp_path / "data")
     overrides = cpu_overrides(model_dir, tmp_path / "data")
     overrides_file = tmp_path / "cpu_overrides.yaml"
     overrides_file.write_text(yaml.safe_dump(overrides))
@@ -311,7 +331,8 @@ def run_rehearsal(tmp_path: Path, profile: str | Path | None = None) -> Rehearsa
 
 
 def expected_runs(config: dict, results: Path) -> set[str]:
-    """Every training run the config asks for, the compute-matched ones as their `match_compute` records say."""
+    """Every training run the config asks for, with compute matching the matched ones as their `match_compute` records
+    say."""
     from cgrpo.pipeline.configuration.methods import cgrpo_run_name, grpo_run_name
 
     cgrpo, seeds = config["cgrpo"], config["seeds"]
@@ -323,6 +344,9 @@ def expected_runs(config: dict, results: Path) -> set[str]:
         for recal in cgrpo["recalibrate_every"]
     }
     runs |= {grpo_run_name(seed, size) for seed in seeds for size in config["grpo"]["num_generations"]}
+    if not config["grpo"]["compute_matched"]:
+        assert not (results / "matched").exists(), "match_compute ran without compute matching"
+        return runs
     matched = {json.loads(path.read_text())["num_generations"] for path in (results / "matched").glob("*.json")}
     assert len(matched) >= 1, "match_compute wrote no record"
     return runs | {grpo_run_name(seed, size, matched=True) for seed in seeds for size in matched}
@@ -334,10 +358,16 @@ def check_rehearsal(rehearsal: Rehearsal) -> None:
     result, results, config = rehearsal.result, rehearsal.results, rehearsal.config
     assert result.returncode == 0, result.stdout[-8000:]
 
-    # Calibration comes from the `train` file, eval is the whole `test` file (`eval_source_split: test`).
+    # Calibration comes from the `train` file less the worked examples, eval is the whole `test` file
+    # (`eval_source_split: test`).
     manifest = json.loads((results / "splits" / "manifest.json").read_text())
     sizes = {name: entry["size"] for name, entry in manifest["splits"].items()}
-    assert sizes == {"train": NUM_TRAIN - NUM_CALIBRATION, "calibration": NUM_CALIBRATION, "eval": NUM_TEST}
+    shown = config["task"]["options"]["worked_examples"]
+    assert sizes == {"train": NUM_TRAIN - shown - NUM_CALIBRATION, "calibration": NUM_CALIBRATION, "eval": NUM_TEST}
+
+    # The format-rate job sampled the base model before training: the warm-started stand-in mostly writes "#### 12".
+    format_rate = pd.read_csv(results / "tables" / "format_rate.csv").iloc[0]
+    assert format_rate["prompts"] == config["format_check"]["prompts"] and format_rate["format_rate"] > 0.5
 
     # Every run, the compute-matched ones included, saved a LoRA adapter of the configured shape on the stand-in,
     # and training moved it (LoRA's B matrices start at zero).
@@ -365,9 +395,9 @@ def check_rehearsal(rehearsal: Rehearsal) -> None:
     stopped = {record["run"]: record["train_budget_histogram"] for record in records if record["method"] == "cgrpo"}
     assert any(int(k) < largest for histogram in stopped.values() for k in histogram), stopped
 
-    # Training prompts were the task's one-message conversations rendered with the chat template: the prompt tokens
-    # TRL counted per row (`num_tokens` less the completion tokens) lie within the lengths of the rendered prompts,
-    # longer than any prompt without the template.
+    # Training prompts were the task's conversations (system message, worked examples, question) rendered with the
+    # chat template: the prompt tokens TRL counted per row (`num_tokens` less the completion tokens) lie within the
+    # lengths of the rendered prompts, longer than any question's turn alone.
     from transformers import AutoTokenizer
 
     from cgrpo.pipeline.tasks import get_task
@@ -379,8 +409,9 @@ def check_rehearsal(rehearsal: Rehearsal) -> None:
     example = tokenizer.apply_chat_template(
         task.format_prompt(questions[0]), tokenize=False, add_generation_prompt=True
     )
-    assert example.startswith(f"{IM_START}system\n{DEFAULT_SYSTEM}{IM_END}\n{IM_START}user\n{questions[0]}\n")
-    assert example.endswith(f"End with '#### <answer>'.{IM_END}\n{IM_START}assistant\n")
+    shown_question = task.examples[0][0]
+    assert example.startswith(f"{IM_START}system\n{task.system_prompt}{IM_END}\n{IM_START}user\n{shown_question}\n")
+    assert example.endswith(f"{questions[0]}\nEnd with '#### <answer>'.{IM_END}\n{IM_START}assistant\n")
     rendered = [
         len(
             tokenizer.apply_chat_template(
@@ -389,12 +420,15 @@ def check_rehearsal(rehearsal: Rehearsal) -> None:
         )
         for question in questions
     ]
-    plain = [len(tokenizer(task.format_prompt(question)[0]["content"]).input_ids) for question in questions]
+    plain = [len(tokenizer(task.format_prompt(question)[-1]["content"]).input_ids) for question in questions]
     for record in records:
         if record["method"] != "grpo":
             continue
-        # Every baseline trains C-GRPO's prompts per step, in rows of its own group size.
-        rows = config["training"]["per_device_train_batch_size"] * record["num_generations"] // largest
+        # Every baseline trains C-GRPO's prompts per step, in rows of its own group size; each logged step is one
+        # generation batch of `steps_per_generation` micro-batches.
+        training = config["training"]
+        micro_batch = training["per_device_train_batch_size"] * record["num_generations"] // largest
+        rows = micro_batch * training["steps_per_generation"]
         steps = pd.read_csv(results / "runs" / record["run"] / "steps.csv")
         tokens = steps["num_tokens"].diff().fillna(steps["num_tokens"])
         prompt_tokens = tokens / rows - steps["completions/mean_length"]

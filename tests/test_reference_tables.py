@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from snakemake.utils import update_config
+from snakemake.utils import update_config, validate
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "results" / "reference"
@@ -89,6 +89,8 @@ def _differences(expected, recorded, path: str = "") -> list[str]:
 
 @pytest.mark.parametrize(("folder", "configs"), [("smollm2_cpu", ("smollm2_cpu.yaml",))], ids=["smollm2_cpu"])
 def test_a_reference_run_recorded_with_its_resolved_config_ran_the_configs_settings(folder, configs):
-    # The run's own record of its config (results/<experiment>/config.yaml): prompts, sizes and options alike.
+    # The run's own record of its config (results/<experiment>/config.yaml): prompts, sizes and options alike. Keys the
+    # schema gained since take their defaults, as the workflow reads a recorded config (workflow/rules/common.smk).
     recorded = yaml.safe_load((REFERENCE / folder / "config.yaml").read_text())
+    validate(recorded, schema=str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
     assert _differences(merged_config(*configs), recorded) == []

@@ -134,11 +134,15 @@ def test_profiles():
     gpu_rules = {
         match
         for path in (REPO / "workflow" / "rules").glob("*.smk")
-        for match in re.findall(r"^rule (train\w*|calibrate|evaluate):", path.read_text(), re.MULTILINE)
+        for match in re.findall(r"^rule (train\w*|calibrate|evaluate|format_rate):", path.read_text(), re.MULTILINE)
     }
-    assert gpu_rules == {"train_cgrpo", "train", "calibrate", "evaluate"}
+    assert gpu_rules == {"train_cgrpo", "train", "calibrate", "evaluate", "format_rate"}
     local_slurm = load(REPO / "workflow" / "profiles" / "slurm-local" / "config.yaml")
+    # On one GPU machine those jobs take turns on the one GPU.
+    one_gpu = load(REPO / "workflow" / "profiles" / "gpu" / "config.yaml")
+    assert one_gpu["resources"] == ["gpu=1"]
     for rule in gpu_rules:
+        assert one_gpu["set-resources"][rule]["gpu"] == 1, rule
         assert slurm["set-resources"][rule]["gpu"] == 1, rule
         assert slurm["set-threads"][rule] == 4, rule
         assert local_slurm["set-resources"][rule]["mem_mb"] <= 2000, rule

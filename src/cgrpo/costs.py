@@ -3,11 +3,20 @@ policy update. The trainer's logged savings and the pipeline's run records both 
 
 from __future__ import annotations
 
+import math
 import numbers
 import os
 from collections.abc import Iterable
 
-__all__ = ["cpu_seconds", "rollout_savings", "rollout_savings_with_calibration", "rollouts_per_prompt"]
+__all__ = [
+    "calibration_steps",
+    "cpu_seconds",
+    "generation_span",
+    "refit_due",
+    "rollout_savings",
+    "rollout_savings_with_calibration",
+    "rollouts_per_prompt",
+]
 
 
 def is_integer(value: object) -> bool:
@@ -77,6 +86,34 @@ def rollouts_per_prompt(
     """Generated rollouts per training prompt, calibration included (the Pareto-plot x-axis)."""
     used = _total(generated_train, "generated_train") + _total(generated_calibration, "generated_calibration")
     return used / _positive_groups(groups)
+
+
+def generation_span(steps_per_generation: int, num_iterations: int = 1, gradient_accumulation_steps: int = 1) -> int:
+    """Optimizer steps between two generation batches that start on an optimizer step.
+
+    TRL generates once every `steps_per_generation * num_iterations` micro-steps and an optimizer step is
+    `gradient_accumulation_steps` of them; CGRPOConfig makes the first a multiple of the second, so the span is their
+    quotient, and in general the least common multiple's.
+    """
+    micro_steps = steps_per_generation * num_iterations
+    return math.lcm(micro_steps, gradient_accumulation_steps) // gradient_accumulation_steps
+
+
+def refit_due(step: int, last_calibration_step: int, every: int) -> bool:
+    """Whether a generation batch starting at optimizer step `step` refits the stopping rule first: `every` > 0 steps
+    or more after the previous calibration (`every` 0 keeps the first one)."""
+    return every > 0 and step - last_calibration_step >= every
+
+
+def calibration_steps(max_steps: int, span: int, every: int) -> list[int]:
+    """The optimizer steps at which a run of `max_steps` steps calibrates: step 0, then each generation batch start
+    (every `span` steps, see :func:`generation_span`) where :func:`refit_due` says so; `CGRPOTrainer` calibrates by the
+    same rule, so a plan can count calibrations before the run."""
+    steps = [0]
+    for start in range(span, max_steps, span):
+        if refit_due(start, steps[-1], every):
+            steps.append(start)
+    return steps
 
 
 def cpu_seconds() -> float:

@@ -19,7 +19,7 @@ from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
 from .calibration import Thresholds, calibration_scores
-from .costs import cpu_seconds
+from .costs import cpu_seconds, refit_due
 from .stopping import Pools, correct_flags
 from .support.user_code import normalise_answer
 
@@ -159,8 +159,7 @@ class CalibrationMixin:
             return False
         if self.cgrpo_state.last_calibration_step is None:
             return True
-        every = self.args.recalibrate_every
-        return every > 0 and self.state.global_step - self.cgrpo_state.last_calibration_step >= every
+        return refit_due(self.state.global_step, self.cgrpo_state.last_calibration_step, self.args.recalibrate_every)
 
     def _record_calibration(
         self, rollouts: int, tokens: int, seconds: tuple[float, float], holdout: dict | None

@@ -171,6 +171,7 @@ TABLES = [
 ]
 PLOTS = ["pareto", "training_curves", "thresholds", "coverage", "delta_sweep", "frontier"]
 REPLAY_TABLES = ["replay", "replay_at_cgrpo"]
+BASE_MODEL_TABLES = ["format_rate"]
 
 
 BUDGET_TABLES = ["learning_curve", "budget_comparison", "budget_curve", "budget_calibrations"]
@@ -183,11 +184,15 @@ def budgeted():
 
 def final_outputs():
     """The targets of the workflow, the tables (csv and markdown) and the plots: the learning curves' where a rollout
-    budget ends the runs, the step-count comparison's otherwise, and the replay's in both."""
+    budget ends the runs, the step-count comparison's otherwise, and the replay's and the format check's in both."""
     exp = config["experiment"]
     tables, plots = (BUDGET_TABLES, ["learning_curves"]) if budgeted() else (TABLES, PLOTS)
     return [
-        *(f"results/{exp}/tables/{t}.{ext}" for t in tables + REPLAY_TABLES for ext in ("csv", "md")),
+        *(
+            f"results/{exp}/tables/{t}.{ext}"
+            for t in tables + REPLAY_TABLES + BASE_MODEL_TABLES
+            for ext in ("csv", "md")
+        ),
         *(f"results/{exp}/plots/{p}.png" for p in plots + ["replay"]),
     ]
 
@@ -258,6 +263,13 @@ def calibrate_spec(wildcards):
     """Spec of cgrpo.pipeline.jobs.runs.calibrate_initial for the grid and seed in the wildcards."""
     model = base_model_location(base_model_record(wildcards))
     spec = specs.calibration_spec(config, wildcards.grid, wildcards.calseed, model, splits_folder(wildcards))
+    return provenance.canonical(spec.to_dict())
+
+
+def format_rate_spec(wildcards):
+    """Spec of cgrpo.pipeline.jobs.format_rate.measure_format_rate: the base model before training."""
+    model = base_model_location(base_model_record(wildcards))
+    spec = specs.format_rate_spec(config, model, splits_folder(wildcards))
     return provenance.canonical(spec.to_dict())
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from ..configuration.methods import setting_label
 from .reporting import load_json
 
-__all__ = ["match_group_size"]
+__all__ = ["match_group_size", "matched_group_size"]
 
 
 def match_group_size(run_files: Sequence[str | Path]) -> dict[str, Any]:
@@ -40,7 +40,7 @@ def match_group_size(run_files: Sequence[str | Path]) -> dict[str, Any]:
     prompts = prompts.pop()
     total = [record["train_rollouts_generated"] + record["calibration_rollouts_generated"] for record in records]
     target = sum(total) / len(total)
-    group_size = max(2, round(target / prompts))
+    group_size = matched_group_size(target, prompts)
     return {
         "setting": settings.pop(),
         "runs": [record["run"] for record in records],
@@ -50,3 +50,8 @@ def match_group_size(run_files: Sequence[str | Path]) -> dict[str, Any]:
         "matched_rollouts": group_size * prompts,
         "relative_gap": group_size * prompts / target - 1,
     }
+
+
+def matched_group_size(total_rollouts: float, prompts: int) -> int:
+    """The whole G, at least 2 (a group of one has no advantage), whose `G x prompts` is closest to `total_rollouts`."""
+    return max(2, round(total_rollouts / prompts))

@@ -239,9 +239,9 @@ def check_trainer_sections(config: Mapping[str, Any]) -> None:
         check_options(config["peft"], "peft", LORA_CONFIG)
 
 
-def _generation_batch_size(trainer: Mapping[str, Any]) -> int:
-    # TRL's rule on one process (the pipeline's): a generation batch spans steps_per_generation optimizer
-    # micro-batches, gradient_accumulation_steps of them unless set.
+def generation_batch_size(trainer: Mapping[str, Any]) -> int:
+    """Rows per generation batch of a run with `trainer` options, by TRL's rule on one process (the pipeline's): a
+    generation batch spans `steps_per_generation` micro-batches, `gradient_accumulation_steps` of them unless set."""
     if trainer.get("generation_batch_size"):
         return int(trainer["generation_batch_size"])
     steps = trainer.get("steps_per_generation") or trainer.get("gradient_accumulation_steps", 1)
@@ -268,7 +268,7 @@ def check_batch_sizes(config: Mapping[str, Any]) -> None:
         trainer, section = spec.trainer, METHODS[spec.method].section
         size = spec.num_generations or max(spec.budget_grid)
         key = "cgrpo.budget_grids" if spec.budget_grid else f"{section}.num_generations"
-        batch = _generation_batch_size(trainer)
+        batch = generation_batch_size(trainer)
         if batch % size:
             raise ConfigError(
                 f"config key {key} has group size {size}, but {spec.method}'s generation batch of {batch} rows "

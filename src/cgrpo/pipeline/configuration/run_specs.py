@@ -81,7 +81,7 @@ def curve_spec(config: Config, run: str, record: str | None, model: str, splits:
     name = parse_run_name(run)
     section = None if name.method == "base" else METHODS[name.method].section
     settings = evaluation_settings(config, method_trainer(config, section))
-    evaluation = {key: settings[key] for key in ("temperature", "max_new_tokens", "batch_size")}
+    evaluation = {key: settings[key] for key in ("temperature", "max_new_tokens", "batch_size", "backend")}
     evaluation["samples"] = int(config["budget"]["eval_samples"])
     seed = name.seed if name.seed is not None else config["splits"]["seed"]
     return CurveSpec(

@@ -26,6 +26,7 @@ from ..tasks.files import hub_offline
 __all__ = [
     "CalibrationSpec",
     "EvaluationSpec",
+    "FormatRateSpec",
     "TrainSpec",
     "base_model_path",
     "calibration_seed",
@@ -35,6 +36,7 @@ __all__ = [
     "evaluation_settings",
     "format_delta",
     "format_grid",
+    "format_rate_spec",
     "method_trainer",
     "parse_delta",
     "parse_grid",
@@ -227,6 +229,19 @@ class EvaluationSpec(_StepSpec):
     evaluation: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class FormatRateSpec(_StepSpec):
+    """The base model's format rate before training (rule format_rate, `cgrpo.pipeline.jobs.format_rate`).
+
+    The train split's first `prompts` prompts, `samples` each, drawn as the base model's evaluation draws them
+    (`evaluation`: its `temperature`, `max_new_tokens`, `batch_size` and `backend`).
+    """
+
+    prompts: int
+    samples: int
+    evaluation: dict[str, Any]
+
+
 # --------------------------------------------------------------------------- builders from the config
 
 
@@ -364,6 +379,21 @@ def evaluation_settings(config: Mapping[str, Any], trainer: Mapping[str, Any]) -
         "coverage_splits": int(config["statistics"]["coverage_splits"]),
         "statistics_seed": int(config["statistics"]["seed"]),
     }
+
+
+def format_rate_spec(config: Mapping[str, Any], model: str, splits: str) -> FormatRateSpec:
+    """The format-rate check of `format_check`, on the base model, seeded with the split seed."""
+    settings = evaluation_settings(config, method_trainer(config, None))
+    check = config["format_check"]
+    return FormatRateSpec(
+        model=model,
+        splits=splits,
+        task=task_spec(config),
+        seed=int(config["splits"]["seed"]),
+        prompts=int(check["prompts"]),
+        samples=int(check["samples"]),
+        evaluation={key: settings[key] for key in ("temperature", "max_new_tokens", "batch_size", "backend")},
+    )
 
 
 def replay_spec(config: Mapping[str, Any], records: list[str]) -> dict[str, Any]:

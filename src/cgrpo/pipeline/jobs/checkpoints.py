@@ -18,7 +18,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ...costs import cpu_seconds
+from ...costs import cpu_seconds, generation_span
 from ..configuration.specs import TrainSpec
 
 logger = logging.getLogger(__name__)
@@ -61,8 +61,7 @@ def align_save_steps(args) -> None:
     """
     if args.save_strategy != "steps" or args.save_steps < 1:
         return
-    micro_steps = args.gradient_accumulation_steps
-    span = math.lcm(args.steps_per_generation * args.num_iterations, micro_steps) // micro_steps
+    span = generation_span(args.steps_per_generation, args.num_iterations, args.gradient_accumulation_steps)
     aligned = math.ceil(args.save_steps / span) * span
     if aligned != args.save_steps:
         logger.info(

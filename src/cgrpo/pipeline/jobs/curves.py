@@ -17,11 +17,9 @@ from typing import Any
 
 from ..configuration.specs import CurveSpec
 from ..metrics.accuracy import correct_flags
-from ..metrics.statistics import purpose_seed
 from ..tasks import get_task
 from ..tasks.splits import load_split
-from .evaluation import load_sampling_model
-from .sampling import generate_completions
+from .evaluation import sampler
 
 logger = logging.getLogger(__name__)
 
@@ -66,18 +64,8 @@ def _milestones(path: Path) -> list[dict[str, Any]]:
 
 def _per_prompt_accuracy(spec: CurveSpec, task, model: str, eval_set) -> list[float]:
     """Each eval prompt's share of right answers among `samples` drawn from `model`."""
-    settings = spec.evaluation
-    loaded, tokenizer = load_sampling_model(model)
-    completions = generate_completions(
-        loaded,
-        tokenizer,
-        list(eval_set["prompt"]),
-        num_samples=settings["samples"],
-        temperature=settings["temperature"],
-        max_new_tokens=settings["max_new_tokens"],
-        batch_size=settings["batch_size"],
-        seed=purpose_seed(spec.seed, "curve"),
-    )
+    sample = sampler(model, spec.evaluation, spec.seed)
+    completions = sample(eval_set["prompt"], "curve", num_samples=spec.evaluation["samples"])
     return [
         sum(correct_flags([task.extract(text) for text in texts], gold)) / len(texts)
         for texts, gold in zip(completions, eval_set["answer"])

@@ -267,11 +267,6 @@ def _threshold_sets(scores: dict[int, list[float]], settings: dict[str, Any]) ->
     return sets
 
 
-def load_sampling_model(location: str):
-    """The model at `location` for sampling, and its tokenizer padding on the left."""
-    return _load_model(location), load_tokenizer(location, padding_side="left")
-
-
 def _load_model(location: str):
     # On a GPU node (the SLURM profile gives evaluation one) generation runs there, in bfloat16 where supported.
     if torch.cuda.is_available():
@@ -281,24 +276,30 @@ def _load_model(location: str):
 
 
 def _sampler(spec: EvaluationSpec):
-    """`sample(prompts, purpose, greedy=False)`: completions from the spec's backend, seeded by the purpose."""
+    """`sample(prompts, purpose, greedy=False)`: the evaluation's samples of `spec.model`, seeded by the purpose."""
     settings = spec.evaluation
-    backend = settings.get("backend", "hf")
-    logger.info("Evaluating %s: sampling with the %s backend.", spec.run, backend)
-    if backend == "vllm":
-        generate = partial(generate_completions_vllm, load_llm(spec.model))
-    else:
-        model, tokenizer = load_sampling_model(spec.model)
-        generate = partial(generate_completions, model, tokenizer, batch_size=settings["batch_size"])
+    logger.info("Evaluating %s: sampling with the %s backend.", spec.run, settings.get("backend", "hf"))
+    samples = settings.get("pool_samples", max(settings["budget_grid"]))
+    return partial(sampler(spec.model, settings, spec.seed), num_samples=samples)
 
-    def sample(prompts, purpose: str, greedy: bool = False) -> list[list[str]]:
+
+def sampler(model: str, settings: dict[str, Any], seed: int):
+    """`sample(prompts, purpose, num_samples=1, greedy=False)`: completions of `model` from `settings["backend"]` (hf
+    or vllm) at its `temperature`, `max_new_tokens` and `batch_size`, seeded by `seed` and the purpose."""
+    if settings.get("backend", "hf") == "vllm":
+        generate = partial(generate_completions_vllm, load_llm(model))
+    else:
+        tokenizer = load_tokenizer(model, padding_side="left")
+        generate = partial(generate_completions, _load_model(model), tokenizer, batch_size=settings["batch_size"])
+
+    def sample(prompts, purpose: str, num_samples: int = 1, greedy: bool = False) -> list[list[str]]:
         return generate(
             list(prompts),
-            num_samples=1 if greedy else settings.get("pool_samples", max(settings["budget_grid"])),
+            num_samples=1 if greedy else num_samples,
             temperature=settings["temperature"],
             max_new_tokens=settings["max_new_tokens"],
             greedy=greedy,
-            seed=purpose_seed(spec.seed, purpose),
+            seed=purpose_seed(seed, purpose),
             progress=True,
         )
 

@@ -23,7 +23,7 @@ def _check(num_samples: int, temperature: float, max_new_tokens: int, batch_size
         raise ValueError(f"Sampling needs a positive temperature, got {temperature}; use greedy=True instead of 0.")
 
 
-def _as_text(tokenizer, prompt: str | list[dict]) -> str:
+def as_text(tokenizer, prompt: str | list[dict]) -> str:
     """Plain prompts pass through; conversational ones are rendered with the tokenizer's chat template."""
     if isinstance(prompt, str):
         return prompt
@@ -86,7 +86,7 @@ def generate_completions(
     """
     _check(num_samples, temperature, max_new_tokens, batch_size, greedy)
     copies = 1 if greedy else num_samples
-    texts = [_as_text(tokenizer, prompt) for prompt in prompts for _ in range(copies)]
+    texts = [as_text(tokenizer, prompt) for prompt in prompts for _ in range(copies)]
     generation_config = _generation_config(
         model, tokenizer, greedy=greedy, temperature=temperature, max_new_tokens=max_new_tokens
     )
@@ -151,7 +151,7 @@ def generate_completions_vllm(
         seed=seed,
     )
     tokenizer = llm.get_tokenizer()
-    texts = [_as_text(tokenizer, prompt) for prompt in prompts]
+    texts = [as_text(tokenizer, prompt) for prompt in prompts]
     outputs = llm.generate(texts, [SamplingParams(**option) for option in options], use_tqdm=progress)
     copies = 1 if greedy else num_samples
     ordered = [sorted(output.outputs, key=lambda sample: sample.index) for output in outputs]

@@ -109,3 +109,20 @@ def plain_copy(model: str) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="cgrpo-vllm-") as folder:
         save_plain(model, folder)
         yield folder
+
+
+def check_gpu_machine() -> None:
+    """Raise a ValueError naming the fix unless torch sees a CUDA device and vLLM is installed: what a run meant to
+    test the GPU paths needs before it starts any job."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"torch {torch.__version__} sees no CUDA device, so this run cannot test the GPU paths: run it on a GPU "
+            'machine with CUDA torch and vLLM installed (docs/clusters.md, "Installing for GPUs").'
+        )
+    if importlib.util.find_spec("vllm") is None:
+        raise ValueError(
+            'vLLM is not installed, and the GPU paths generate with it: pip install -e ".[vllm]" (docs/clusters.md, '
+            '"Installing for GPUs").'
+        )
