@@ -85,14 +85,21 @@ def test_dry_run(tmp_path, config):
         * len(settings["cgrpo"]["recalibrate_every"])
     )
     counts = job_counts(result.stdout)
-    assert counts["train_cgrpo"] == seeds * cgrpo_settings
+    weightings = len(settings["cgrpo"].get("group_weightings", ["tokens"]))
+    assert counts["train_cgrpo"] == seeds * cgrpo_settings * weightings
     # One rule trains the methods without a calibration: the fixed-G GRPO, DAPO and calibration-free ablation runs.
     sizes = len(settings["grpo"]["num_generations"]) + len(settings.get("dapo", {}).get("num_generations", []))
     ablations = settings["cgrpo"]["ablations"]
     ablation_settings = sum(len(ablations.get("settings", {}).get(rule, [None])) for rule in ablations["rules"])
-    assert counts["train"] == seeds * (sizes + ablation_settings)
-    # Before match_compute has run, only the base model and the static runs are known to be evaluated.
-    assert counts["evaluate"] == 1 + counts["train_cgrpo"] + counts["train"]
+    assert counts["train"] == seeds * (sizes + ablation_settings * weightings)
+    if (settings.get("budget") or {}).get("rollouts"):
+        # A budgeted experiment compares learning curves: every run's and the base model's, and the base model's
+        # evaluation for the replay.
+        assert counts["curve"] == 1 + counts["train_cgrpo"] + counts["train"]
+        assert counts["evaluate"] == 1 and counts["learning_curves"] == 1
+    else:
+        # Before match_compute has run, only the base model and the static runs are known to be evaluated.
+        assert counts["evaluate"] == 1 + counts["train_cgrpo"] + counts["train"]
     matched = settings["grpo"]["compute_matched"]
     assert counts.get("match_compute", 0) == (cgrpo_settings if matched else 0)
     calibration_seeds = seeds if settings["cgrpo"]["calibrate_per_seed"] else 1
