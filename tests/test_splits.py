@@ -1,13 +1,16 @@
-"""Splits: disjointness, the manifest, edits after writing and overlap refusal across folders."""
+"""Splits: disjointness, the manifest, edits after writing, overlap refusal across folders, and problems that compute
+the same thing in other words."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 import pytest
 
 from cgrpo.pipeline.tasks import get_task
+from cgrpo.pipeline.tasks.answers import computation_signature
 from cgrpo.pipeline.tasks.splits import (
     ManifestMismatchError,
     SplitLeakError,
@@ -105,3 +108,74 @@ def test_overlap_inside_one_manifest_is_refused(tmp_path, pool):
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(SplitLeakError, match="300 example"):
         load_split(tmp_path, "calibration")
+
+
+# ------------------------------------------------------------------------------------ near-duplicates by computation
+
+
+def test_a_computation_signature_is_the_worked_answers_equations_whatever_the_wording():
+    assert computation_signature("3*4=12 12+5=17 #### 17") == ("3*4=12", "12+5=17")
+    # GSM8K's calculator annotations, thousands commas and trailing zeros normalised; the prose around them ignored.
+    gsm8k = "She sold 1,200/2 = <<1,200/2=600>>600 clips, then (600+0.50)*2 = <<(600+0.50)*2=1201>>1201.\n#### 1201"
+    assert computation_signature(gsm8k) == ("1200/2=600", "(600+0.5)*2=1201")
+    # Operands in the order the solution writes them: three bags of four pens is not four bags of three.
+    assert computation_signature("4*3=12 #### 12") != computation_signature("3*4=12 #### 12")
+    assert computation_signature("#### 5") is None and computation_signature("return a + b") is None
+
+
+def _arithmetic_rows(splits_folder):
+    return {name: load_split(splits_folder, name).to_list() for name in ("train", "calibration", "eval")}
+
+
+def test_computation_splits_hold_no_two_problems_with_the_same_operations_and_numbers(tmp_path, caplog):
+    # One operation on one-digit numbers (config/smollm2_power.yaml's task): the same few sums and products recur with
+    # other names and things, as the text-deduplicated splits show.
+    pool = get_task("arithmetic", num_examples=2000, ops_weights=[1, 0, 0], size_weights=[1, 0, 0]).load()
+    sizes = {"train": 16, "calibration": 32, "eval": 96}
+    make_splits(pool, tmp_path / "text", sizes=sizes, seed=0)
+    signatures = [
+        computation_signature(row["answer"]) for rows in _arithmetic_rows(tmp_path / "text").values() for row in rows
+    ]
+    assert len(set(signatures)) < len(signatures)
+    with caplog.at_level(logging.INFO, logger="cgrpo.pipeline.tasks.splits"):
+        manifest = json.loads(
+            make_splits(pool, tmp_path / "computation", sizes=sizes, seed=0, dedupe="computation").read_text()
+        )
+    rows = _arithmetic_rows(tmp_path / "computation")
+    signatures = [computation_signature(row["answer"]) for split in rows.values() for row in split]
+    assert None not in signatures and len(set(signatures)) == len(signatures) == sum(sizes.values())
+    # The count is every text-distinct problem whose computation an earlier one already had.
+    distinct_texts = len({content_hash(row) for row in pool})
+    removed = distinct_texts - len({computation_signature(row["answer"]) for row in pool})
+    assert removed > 0 and manifest["dedupe"] == {"by": "computation", "near_duplicates_removed": removed}
+    assert f"Left out {removed} near-duplicate(s)" in caplog.text
+    # Text deduplication writes the manifest it always wrote.
+    assert "dedupe" not in json.loads((tmp_path / "text" / "manifest.json").read_text())
+
+
+def test_computation_dedupe_too_small_a_pool_fails_naming_the_fix(tmp_path):
+    pool = get_task("arithmetic", num_examples=2000, ops_weights=[1, 0, 0], size_weights=[1, 0, 0]).load()
+    with pytest.raises(ValueError, match="unique examples but splits .* need more; lower the sizes or enlarge"):
+        make_splits(pool, tmp_path, sizes={"train": 100, "eval": 100}, seed=0, dedupe="computation")
+    with pytest.raises(ValueError, match="dedupe='words' is not a way to deduplicate; use one of text, computation"):
+        make_splits(pool, tmp_path, sizes={"train": 1}, seed=0, dedupe="words")
+
+
+def test_a_training_problem_computing_an_eval_problem_is_left_out_and_counted(tmp_path):
+    def problem(who: str, a: int, b: int) -> dict:
+        return {
+            "question": f"{who} has {a} bags of {b} pens.",
+            "answer": f"{a}*{b}=<<{a}*{b}={a * b}>>{a * b} #### {a * b}",
+        }
+
+    test_pool = [problem("Ann", a, 3) for a in range(2, 8)] + [problem("Eve", 2, 3)]  # one near-duplicate inside
+    train_pool = [problem("Bob", a, 3) for a in range(5, 15)]  # 5, 6 and 7 compute eval problems
+    sizes = {"train": None, "eval": None}
+    manifest = json.loads(
+        make_splits(train_pool, tmp_path, sizes=sizes, seed=0, eval_pool=test_pool, dedupe="computation").read_text()
+    )
+    assert manifest["dedupe"]["near_duplicates_removed"] == 1 + 3
+    rows = {name: load_split(tmp_path, name).to_list() for name in sizes}
+    assert len(rows["eval"]) == 6 and sorted(int(row["question"].split()[2]) for row in rows["train"]) == list(
+        range(8, 15)
+    )

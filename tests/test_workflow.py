@@ -326,3 +326,19 @@ def test_failed_job_names_the_problem_and_leaves_no_output(tmp_path, monkeypatch
     log = (tmp_path / "results" / "smoke" / "logs" / "split.log").read_text()
     assert "'someone/not-cached-gsm8k' is a hub id that is not in the local cache, and HF_HUB_OFFLINE is set" in log
     assert not list((tmp_path / "results" / "smoke").glob("splits/*"))
+
+
+def test_the_split_job_counts_the_near_duplicates_it_left_out(tmp_path):
+    config = load(REPO / "config" / "smoke.yaml")
+    config["splits"]["dedupe"] = "computation"
+    path = tmp_path / "distinct.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = snakemake(tmp_path, "results/smoke/splits/manifest.json", "--cores", "1", "--configfile", str(path))
+    assert result.returncode == 0, result.stdout[-3000:]
+    removed = json.loads((tmp_path / "results" / "smoke" / "splits" / "manifest.json").read_text())["dedupe"]
+    log = (tmp_path / "results" / "smoke" / "logs" / "split.log").read_text()
+    # 300 problems of one to three steps on small numbers: some repeat another's arithmetic in other words.
+    assert removed["by"] == "computation" and removed["near_duplicates_removed"] > 0
+    assert f"Left out {removed['near_duplicates_removed']} near-duplicate(s)" in log
+    spec = json.loads((tmp_path / "results" / "smoke" / "specs" / "split.json").read_text())
+    assert spec["dedupe"] == "computation"

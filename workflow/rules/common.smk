@@ -248,6 +248,7 @@ def base_model_params(wildcards):
 
 def split_params(wildcards):
     """Task, sizes and seed of the split rule."""
+    dedupe = config["splits"]["dedupe"]
     return provenance.canonical(
         {
             "task": specs.task_spec(config),
@@ -255,6 +256,8 @@ def split_params(wildcards):
             "seed": config["splits"]["seed"],
             "eval_source_split": config["splits"]["eval_source_split"],
             "drop_overlap": config["splits"]["drop_overlap"],
+            # Only when set: the splits of a config without it keep their spec, and so their results.
+            **({"dedupe": dedupe} if dedupe != "text" else {}),
         }
     )
 

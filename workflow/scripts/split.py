@@ -23,4 +23,5 @@ make_splits(
     seed=params["seed"],
     eval_pool=eval_pool,
     drop_overlap=params["drop_overlap"],
+    dedupe=params.get("dedupe", "text"),
 )

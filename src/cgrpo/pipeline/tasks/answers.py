@@ -1,4 +1,5 @@
-"""Final-answer formats: extracting, normalising and checking the number a text ends with.
+"""Final-answer formats: extracting, normalising and checking the number a text ends with; and what a worked
+solution computes (:func:`computation_signature`), which tells problems apart beyond their wording.
 
 Numbers are normalised as strings (never through ``float``) so that huge integers and long decimals
 compare exactly: ``"1,234"``, ``" +1234. "`` and ``"1234.00"`` all become ``"1234"``.
@@ -23,6 +24,11 @@ _LATEX_MARKUP = (
     (re.compile(r"\\?[$%]"), ""),  # units, escaped or not, and $...$ math delimiters: \$12, 12\%
     (re.compile(r"\^\{?\\circ\}?"), ""),  # degrees: 90^\circ, 90^{\circ}
 )
+# One step of a worked solution: numbers joined by operators (parentheses allowed), "=", the number it gives. GSM8K
+# writes its steps as calculator annotations ("<<48/2=24>>"), the arithmetic task as plain "3*4=12".
+_OPERAND = r"\(*\d[\d,]*(?:\.\d+)?\)*"
+_EQUATION = re.compile(rf"({_OPERAND}(?:\s*[-+*/]\s*{_OPERAND})+)\s*=\s*(-?\d[\d,]*(?:\.\d+)?)")
+_NUMBER_IN_TEXT = re.compile(r"\d[\d,]*(?:\.\d+)?")
 
 
 def check_answer_format(answer_format: str) -> None:
@@ -122,3 +128,20 @@ def format_answer(number: str, answer_format: str = "hash") -> str:
     """The final-answer suffix a completion should end with, e.g. ``#### 26`` or ``\\boxed{26}``."""
     check_answer_format(answer_format)
     return f"#### {number}" if answer_format == "hash" else f"{_BOXED}{number}}}"
+
+
+def computation_signature(solution: str) -> tuple[str, ...] | None:
+    """The equations of a worked solution, in order and normalised (``"3*4=12 12+5=17 #### 17"`` gives ``("3*4=12",
+    "12+5=17")``), or None when it shows none.
+
+    What a problem computes, whatever its wording: two problems about other people and things with the same
+    operations on the same numbers have the same signature. Operands keep the order the solution writes them in, so
+    ``3*4`` and ``4*3`` differ.
+    """
+    equations = [
+        _NUMBER_IN_TEXT.sub(lambda number: normalize_number(number.group()), "".join(left.split()))
+        + "="
+        + normalize_number(right)
+        for left, right in _EQUATION.findall(solution)
+    ]
+    return tuple(equations) or None

@@ -1,8 +1,8 @@
 """Train, calibration and eval splits that cannot leak into each other.
 
-:func:`make_splits` deduplicates a task's pool by content hash, carves disjoint seeded splits and writes
-them as ``<name>.jsonl`` with a ``manifest.json`` recording each file's checksum and each example's
-content hash. :func:`load_split` and :func:`load_splits` re-check all of that on every load and raise
+:func:`make_splits` deduplicates a task's pool by content hash (and with ``dedupe="computation"`` by what each
+problem computes), carves disjoint seeded splits and writes them as ``<name>.jsonl`` with a ``manifest.json``
+recording each file's checksum and each example's content hash. :func:`load_split` and :func:`load_splits` re-check all of that on every load and raise
 :class:`SplitLeakError` when two splits share an example, even when they come from different folders.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -17,9 +18,15 @@ from pathlib import Path
 
 from datasets import Dataset
 
+from .answers import computation_signature
+
 MANIFEST = "manifest.json"
 TRAIN = "train"
+# What makes two examples one: their normalised text, or what they compute (`computation_key`).
+DEDUPE = ("text", "computation")
 _SHOWN_OVERLAPS = 3
+
+logger = logging.getLogger(__name__)
 
 
 class SplitLeakError(ValueError):
@@ -41,6 +48,15 @@ def content_hash(example: Mapping[str, str]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def computation_key(example: Mapping[str, str]) -> str:
+    """What ``example`` computes: a hash of its worked answer's equations (see
+    :func:`~cgrpo.pipeline.tasks.answers.computation_signature`), or its content hash where the answer shows none."""
+    signature = computation_signature(example["answer"])
+    if signature is None:
+        return content_hash(example)
+    return hashlib.sha256(("computation\n" + "\n".join(signature)).encode("utf-8")).hexdigest()
+
+
 def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -51,6 +67,20 @@ def _dedupe(examples: Iterable[Mapping]) -> dict[str, dict]:
     for example in examples:
         unique.setdefault(content_hash(example), dict(example))
     return unique
+
+
+def _distinct(pool: dict[str, dict], dedupe: str, taken: Iterable[str] = ()) -> tuple[dict[str, dict], int]:
+    """``pool`` less every example computing what an earlier one, or one of ``taken`` (computation keys), computes,
+    with ``dedupe="computation"``; and how many that left out."""
+    if dedupe == "text":
+        return pool, 0
+    seen, kept = set(taken), {}
+    for key, example in pool.items():
+        computation = computation_key(example)
+        if computation not in seen:
+            seen.add(computation)
+            kept[key] = example
+    return kept, len(pool) - len(kept)
 
 
 def _allocate(sizes: Mapping[str, int | None], available: int) -> dict[str, int]:
@@ -91,6 +121,7 @@ def make_splits(
     seed: int,
     eval_pool: Iterable[Mapping] | None = None,
     drop_overlap: bool = False,
+    dedupe: str = "text",
 ) -> Path:
     """Write disjoint splits of ``pool`` to ``out_dir`` and return the path of their manifest.
 
@@ -98,22 +129,24 @@ def make_splits(
     one size per source may be ``None`` to take the rest. With ``eval_pool`` (say GSM8K's test split)
     the ``"eval"`` split is drawn from it instead. Examples of ``pool`` that also occur in ``eval_pool`` raise
     :class:`SplitLeakError`, or with ``drop_overlap`` are left out of the other splits.
+    With ``dedupe="computation"``, examples whose worked answers show the same equations (the same operations on the
+    same numbers, in other words) count as one problem: each after the first is left out, within a pool and from
+    ``pool`` where ``eval_pool`` holds its computation, and the manifest (``dedupe``) and the log say how many.
     Examples need ``question`` and ``answer``; other fields are kept.
     """
-    pool_sizes = {name: size for name, size in sizes.items() if eval_pool is None or name != "eval"}
-    if eval_pool is None:
-        splits = _carve(_dedupe(pool), pool_sizes, seed)
-    else:
-        if "eval" not in sizes:
-            raise ValueError("eval_pool was given but sizes has no 'eval' entry; add one, e.g. 'eval': None.")
-        evals, unique = _dedupe(eval_pool), _dedupe(pool)
-        if not drop_overlap:
-            _refuse_overlap(evals, unique)
-        splits = _carve(evals, {"eval": sizes["eval"]}, seed)
-        splits.update(_carve({key: row for key, row in unique.items() if key not in evals}, pool_sizes, seed))
+    if dedupe not in DEDUPE:
+        raise ValueError(f"dedupe={dedupe!r} is not a way to deduplicate; use one of {', '.join(DEDUPE)}.")
+    splits, removed = _carve_splits(pool, sizes, seed, eval_pool, drop_overlap, dedupe)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest = {"seed": seed, "splits": {}}
+    if dedupe != "text":
+        # Only here: a manifest of text deduplication stays what it always was, byte for byte.
+        manifest["dedupe"] = {"by": dedupe, "near_duplicates_removed": removed}
+        logger.info(
+            "Left out %d near-duplicate(s), problems that compute what another problem kept computes in other words",
+            removed,
+        )
     for name in sizes:
         path = out_dir / f"{name}.jsonl"
         _write_jsonl(path, splits[name])
@@ -125,6 +158,32 @@ def make_splits(
         }
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return out_dir / MANIFEST
+
+
+def _carve_splits(
+    pool: Iterable[Mapping],
+    sizes: Mapping[str, int | None],
+    seed: int,
+    eval_pool: Iterable[Mapping] | None,
+    drop_overlap: bool,
+    dedupe: str,
+) -> tuple[dict[str, list[dict]], int]:
+    """The splits of :func:`make_splits`, and the near-duplicates `dedupe` left out."""
+    pool_sizes = {name: size for name, size in sizes.items() if eval_pool is None or name != "eval"}
+    if eval_pool is None:
+        unique, removed = _distinct(_dedupe(pool), dedupe)
+        return _carve(unique, pool_sizes, seed), removed
+    if "eval" not in sizes:
+        raise ValueError("eval_pool was given but sizes has no 'eval' entry; add one, e.g. 'eval': None.")
+    evals, unique = _dedupe(eval_pool), _dedupe(pool)
+    if not drop_overlap:
+        _refuse_overlap(evals, unique)
+    rest = {key: row for key, row in unique.items() if key not in evals}
+    evals, removed = _distinct(evals, dedupe)
+    rest, removed_rest = _distinct(rest, dedupe, map(computation_key, evals.values()))
+    splits = _carve(evals, {"eval": sizes["eval"]}, seed)
+    splits.update(_carve(rest, pool_sizes, seed))
+    return splits, removed + removed_rest
 
 
 def _refuse_overlap(evals: dict[str, dict], pool: dict[str, dict]) -> None:
