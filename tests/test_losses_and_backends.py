@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -188,6 +189,8 @@ class FakeVLLM:
 
     def __init__(self):
         self.requests: list[tuple[int, int]] = []
+        # TRL's colocated engine, which a calibration seeds row by row; the fake's `generate` never calls it.
+        self.llm = SimpleNamespace(generate=None)
 
     def sync_weights(self):
         pass

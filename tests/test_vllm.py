@@ -375,6 +375,39 @@ def test_stopping_with_vllm_matches_hf_generate_on_greedy_answers(colocate, data
     assert GRID[0] in with_hf["budgets"] and GRID[-1] in with_hf["budgets"], with_hf
 
 
+def test_a_calibration_on_vllm_draws_by_the_runs_seed(data, tmp_path, monkeypatch):
+    # TRL seeds its colocated engine with the process index, so every run's calibration drew the same outcomes; each
+    # sample now has a seed of its own, from the run's. The 40 prompts of 119 to 124 tokens, each different from its
+    # first token, go into one call: more prompt tokens than an engine step takes (4,096), which splits a prefill,
+    # and rewinding a seeded sample's generator crashed the CPU engine ("CPU Generator does not use offset").
+    task, train, _ = data
+    questions = list(train["prompt"])
+    calibration = train.select(range(40)).map(
+        lambda row, i: {"prompt": " ".join(questions[i : i + 14])}, with_indices=True
+    )
+    trainer = _trainer(
+        (task, train, calibration),
+        tmp_path,
+        use_vllm=True,
+        vllm_mode="colocate",
+        stream_increments=False,
+        # TRL lets the engine run as many sequences at once as a generation batch has rows.
+        per_device_train_batch_size=128,
+        calibration_batch_size=40,
+        **CPU_OPTIONS,
+    )
+
+    def outcomes(seed: int) -> list[list]:
+        monkeypatch.setattr(trainer.args, "seed", seed)
+        return trainer.sample_calibration_pools()[0].outcomes
+
+    first = outcomes(0)
+    other = outcomes(1)
+    # The same seed draws the same outcomes after other draws moved the engine's own random state.
+    assert outcomes(0) == first
+    assert other != first and any(len(set(drawn)) > 1 for drawn in first)
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -22,6 +22,7 @@ from .calibration import Thresholds, calibration_scores
 from .costs import cpu_seconds, refit_due
 from .stopping import Pools, correct_flags
 from .support.user_code import normalise_answer
+from .support.vllm_colocate import seeded_rows
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ class CalibrationMixin:
         budget, size = self.args.max_budget, self.args.calibration_batch_size
         processes, rank = self.accelerator.num_processes, self.accelerator.process_index
         mine = list(range(rank, len(examples), processes))
+        first_seed = _seed(f"{self.args.seed}-{purpose}-{self.state.global_step}")
         batches = math.ceil(math.ceil(len(examples) / processes) / size)
         outcomes, tokens = {}, 0
         for b in tqdm(
@@ -135,7 +137,10 @@ class CalibrationMixin:
         ):
             chosen = mine[b * size : (b + 1) * size]
             prompts = [examples[i]["prompt"] for i in chosen for _ in range(budget)]
-            _, completion_ids, completions, _ = self._generate_rows(prompts, budget, examples[0]["prompt"])
+            # Sample j of example i has a seed of its own, whatever the batch or process that draws it.
+            seeds = [first_seed + i * budget + j for i in chosen for j in range(budget)]
+            with seeded_rows(self, seeds):
+                _, completion_ids, completions, _ = self._generate_rows(prompts, budget, examples[0]["prompt"])
             tokens += sum(len(ids) for ids in completion_ids)
             for j, i in enumerate(chosen):
                 outcomes[i] = self._outcomes(completions[j * budget : (j + 1) * budget], examples[i])
@@ -189,6 +194,11 @@ class CalibrationMixin:
             record["step"],
             {key: value for key, value in record.items() if key in ("delta", "qhat", "lambda")},
         )
+
+
+def _seed(key: str) -> int:
+    """A sampling seed for `key`, with room below vLLM's signed 64-bit limit for an offset per row."""
+    return int(hashlib.sha256(key.encode()).hexdigest()[:15], 16)
 
 
 def _scores(pools: Pools) -> dict[int, list[float]]:

@@ -1,15 +1,22 @@
-"""vLLM colocate mode on CPU: the weight sync that survives vLLM's packed CPU linear layers.
+"""vLLM colocate mode: the CPU build's weight sync and whole prefills, and rows sampled with seeds of their own.
 
 On its CPU platform vLLM packs every linear layer's weight into a oneDNN (or AMX) kernel when it loads the model and
 leaves an empty tensor in the weight's place, so TRL's colocate sync, which feeds each policy tensor to the model's
 `load_weights`, fails (`'Parameter' object has no attribute 'weight_loader'`). vLLM's in-place reload restores the
 layers it packed, loads the tensors and packs them again; `use_reloading_weight_sync` makes TRL's sync go through it.
 GPU platforms keep TRL's own sync, whose unpacked weights it loads directly.
+
+TRL seeds each colocated engine with its process index, so two runs that differ only in their seed draw the same
+samples; `seeded_rows` gives each row of a generation call a seed of its own, which the caller derives from its run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
+
+from ..vllm_streaming import replaced
 
 # The evaluation imports CPU_OPTIONS through the vLLM backend; TRL takes seconds to import, and only the annotation
 # below needs it.
@@ -23,7 +30,8 @@ CPU_OPTIONS = {"vllm_gpu_memory_utilization": 0.1, "vllm_enable_sleep_mode": Fal
 
 
 def use_reloading_weight_sync(trainer: GRPOTrainer) -> None:
-    """Make `trainer`'s colocated vLLM reload the policy's weights in place when vLLM runs on CPU; else do nothing."""
+    """Make `trainer`'s colocated vLLM reload the policy's weights in place when vLLM runs on CPU, and take whole
+    prefills only (see `take_whole_prefills`); else do nothing."""
     if not (trainer.use_vllm and trainer.vllm_mode == "colocate"):
         return
     from vllm.platforms import current_platform
@@ -39,3 +47,41 @@ def use_reloading_weight_sync(trainer: GRPOTrainer) -> None:
         generation.llm.reset_prefix_cache()
 
     generation.sync_weights = sync_weights
+    take_whole_prefills(generation.llm)
+
+
+def take_whole_prefills(llm) -> None:
+    """Make the CPU engine `llm` schedule whole prefills only, where its step budget holds its longest prompt.
+
+    A prefill split across engine steps rewinds its seeded samples' generators, which a CPU generator cannot do
+    ("CPU Generator does not use offset"): a call of seeded rows with more prompt tokens than a step takes (TRL sets
+    4,096) crashed. TRL builds the engine with chunked prefill on and takes no option for it; the scheduler reads
+    the setting at every step.
+    """
+    config = llm.llm_engine.vllm_config
+    if config.model_config.max_model_len <= config.scheduler_config.max_num_batched_tokens:
+        config.scheduler_config.enable_chunked_prefill = False
+
+
+@contextmanager
+def seeded_rows(trainer: GRPOTrainer, seeds: Sequence[int]) -> Iterator[None]:
+    """Within the block, row i of each call `trainer` makes to its colocated engine samples with seed `seeds[i]`
+    (rows past the list, such as the throwaway copies that keep processes in step, with TRL's parameters), so that
+    what a call draws is set by the seeds, not by the engine's random state. Outside colocate mode it does nothing,
+    and with tensor parallelism too, whose processes must send their engine the same requests (TRL gathers their
+    prompts into each) while each would seed its own rows.
+    """
+    if not (trainer.use_vllm and trainer.vllm_mode == "colocate") or trainer.args.vllm_tensor_parallel_size > 1:
+        yield
+        return
+    llm = trainer.vllm_generation.llm
+    unseeded = llm.generate
+
+    def seeded(prompts, sampling_params=None, *args, **kwargs):
+        params = [sampling_params.clone() for _ in prompts]
+        for row, seed in zip(params, seeds):
+            row.seed = seed
+        return unseeded(prompts, params, *args, **kwargs)
+
+    with replaced(llm, "generate", seeded):
+        yield

@@ -38,7 +38,6 @@ def check_config(config: Mapping[str, Any]) -> None:
         check_shared_schedule(config)
         check_batch_sizes(config)
         check_stopping_rules(config)
-        check_calibration_backend(config)
         check_budget(config)
     except ConfigError:
         raise
@@ -113,18 +112,6 @@ def _check_rule_options(key: str, rule: str, score: str, options: Mapping[str, A
         get_rule(rule)(score, **options)
     except ValueError as error:
         raise ConfigError(f"config key {key}: {error}") from None
-
-
-def check_calibration_backend(config: Mapping[str, Any]) -> None:
-    """Reject a calibration per seed drawn by TRL's colocated vLLM engine, which seeds itself with the process index
-    and not the run's seed: every seed's calibration would be the same draw (measured: identical outcomes)."""
-    cgrpo = config["cgrpo"]
-    if cgrpo.get("calibration_backend") == "vllm" and cgrpo["calibrate_per_seed"]:
-        raise ConfigError(
-            "config keys cgrpo.calibrate_per_seed and cgrpo.calibration_backend: vllm do not go together: TRL's "
-            "colocated engine samples alike whatever the seed, so every seed would get the same calibration; set "
-            "calibrate_per_seed: false, or calibration_backend: training."
-        )
 
 
 def check_budget_grids(config: Mapping[str, Any]) -> None:
