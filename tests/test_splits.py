@@ -155,7 +155,7 @@ def test_computation_splits_hold_no_two_problems_with_the_same_operations_and_nu
 
 def test_computation_dedupe_too_small_a_pool_fails_naming_the_fix(tmp_path):
     pool = get_task("arithmetic", num_examples=2000, ops_weights=[1, 0, 0], size_weights=[1, 0, 0]).load()
-    with pytest.raises(ValueError, match="unique examples but splits .* need more; lower the sizes or enlarge"):
+    with pytest.raises(ValueError, match="has 156 problems of distinct computations but splits .* give the pool other"):
         make_splits(pool, tmp_path, sizes={"train": 100, "eval": 100}, seed=0, dedupe="computation")
     with pytest.raises(ValueError, match="dedupe='words' is not a way to deduplicate; use one of text, computation"):
         make_splits(pool, tmp_path, sizes={"train": 1}, seed=0, dedupe="words")

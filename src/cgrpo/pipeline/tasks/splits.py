@@ -22,8 +22,15 @@ from .answers import computation_signature
 
 MANIFEST = "manifest.json"
 TRAIN = "train"
-# What makes two examples one: their normalised text, or what they compute (`computation_key`).
-DEDUPE = ("text", "computation")
+# What makes two examples one: their normalised text, or what they compute (`computation_key`); and how a pool that
+# is too small for the splits is named and grown.
+DEDUPE = {
+    "text": ("unique examples", "enlarge the pool"),
+    "computation": (
+        "problems of distinct computations",
+        "give the pool other computations (more problems with the same equations add none)",
+    ),
+}
 _SHOWN_OVERLAPS = 3
 
 logger = logging.getLogger(__name__)
@@ -83,22 +90,24 @@ def _distinct(pool: dict[str, dict], dedupe: str, taken: Iterable[str] = ()) -> 
     return kept, len(pool) - len(kept)
 
 
-def _allocate(sizes: Mapping[str, int | None], available: int) -> dict[str, int]:
+def _allocate(sizes: Mapping[str, int | None], available: int, dedupe: str = "text") -> dict[str, int]:
     """Concrete sizes; a single ``None`` takes whatever the other splits leave."""
     fixed = sum(size for size in sizes.values() if size is not None)
     rest = [name for name, size in sizes.items() if size is None]
     if any(size is not None and size < 1 for size in sizes.values()) or len(rest) > 1:
         raise ValueError(f"Split sizes {dict(sizes)} are invalid; give positive sizes and at most one None per pool.")
     if fixed > available or (rest and fixed == available):
+        unique, fix = DEDUPE[dedupe]
         raise ValueError(
-            f"The pool has {available} unique examples but splits {dict(sizes)} need more; "
-            "lower the sizes or enlarge the pool."
+            f"The pool has {available} {unique} but splits {dict(sizes)} need more; lower the sizes or {fix}."
         )
     return {name: available - fixed if size is None else size for name, size in sizes.items()}
 
 
-def _carve(pool: dict[str, dict], sizes: Mapping[str, int | None], seed: int) -> dict[str, list[dict]]:
-    allocated = _allocate(sizes, len(pool))
+def _carve(
+    pool: dict[str, dict], sizes: Mapping[str, int | None], seed: int, dedupe: str = "text"
+) -> dict[str, list[dict]]:
+    allocated = _allocate(sizes, len(pool), dedupe)
     examples = list(pool.values())
     random.Random(seed).shuffle(examples)
     splits, start = {}, 0
@@ -172,7 +181,7 @@ def _carve_splits(
     pool_sizes = {name: size for name, size in sizes.items() if eval_pool is None or name != "eval"}
     if eval_pool is None:
         unique, removed = _distinct(_dedupe(pool), dedupe)
-        return _carve(unique, pool_sizes, seed), removed
+        return _carve(unique, pool_sizes, seed, dedupe), removed
     if "eval" not in sizes:
         raise ValueError("eval_pool was given but sizes has no 'eval' entry; add one, e.g. 'eval': None.")
     evals, unique = _dedupe(eval_pool), _dedupe(pool)
@@ -181,8 +190,8 @@ def _carve_splits(
     rest = {key: row for key, row in unique.items() if key not in evals}
     evals, removed = _distinct(evals, dedupe)
     rest, removed_rest = _distinct(rest, dedupe, map(computation_key, evals.values()))
-    splits = _carve(evals, {"eval": sizes["eval"]}, seed)
-    splits.update(_carve(rest, pool_sizes, seed))
+    splits = _carve(evals, {"eval": sizes["eval"]}, seed, dedupe)
+    splits.update(_carve(rest, pool_sizes, seed, dedupe))
     return splits, removed + removed_rest
 
 
