@@ -2,8 +2,9 @@
 
 :func:`make_splits` deduplicates a task's pool by content hash (and with ``dedupe="computation"`` by what each
 problem computes), carves disjoint seeded splits and writes them as ``<name>.jsonl`` with a ``manifest.json``
-recording each file's checksum and each example's content hash. :func:`load_split` and :func:`load_splits` re-check all of that on every load and raise
-:class:`SplitLeakError` when two splits share an example, even when they come from different folders.
+recording each file's checksum and each example's content hash. :func:`load_split` and :func:`load_splits` re-check
+all of that on every load and raise :class:`SplitLeakError` when two splits share an example, even when they come
+from different folders.
 """
 
 from __future__ import annotations
