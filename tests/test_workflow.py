@@ -144,6 +144,28 @@ def test_profiles():
     assert "--gres" not in yaml.safe_dump(slurm) and "--gpus" not in yaml.safe_dump(slurm)
 
 
+@pytest.mark.parametrize("profile", ["slurm", "slurm-local"])
+def test_a_slurm_profile_without_its_plugin_says_which_extra_to_install(tmp_path, profile):
+    # The plugin is installed here: the profile's guard is pointed at one that is not, as a machine without the
+    # `slurm` extra sees it.
+    text = (REPO / "workflow" / "profiles" / profile / "config.yaml").read_text()
+    assert 'find_spec("snakemake_executor_plugin_slurm")' in text
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile" / "config.yaml").write_text(text.replace("plugin_slurm\")", "plugin_not_installed\")"))
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path)]
+    result = subprocess.run(
+        [*command, "--workflow-profile", str(tmp_path / "profile"), "-n"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "is not installed: pip install -e '.[slurm]' (docs/clusters.md)." in result.stdout, result.stdout[-3000:]
+    assert "usage:" not in result.stdout and len(result.stdout.splitlines()) <= 3
+
+
 def test_the_local_profile_logs_no_empty_shell_command(tmp_path):
     # Every rule runs a script; with printshellcmds Snakemake would log "Shell command: None" for each of its jobs.
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path)]
