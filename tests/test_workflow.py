@@ -151,7 +151,7 @@ def test_a_slurm_profile_without_its_plugin_says_which_extra_to_install(tmp_path
     text = (REPO / "workflow" / "profiles" / profile / "config.yaml").read_text()
     assert 'find_spec("snakemake_executor_plugin_slurm")' in text
     (tmp_path / "profile").mkdir()
-    (tmp_path / "profile" / "config.yaml").write_text(text.replace("plugin_slurm\")", "plugin_not_installed\")"))
+    (tmp_path / "profile" / "config.yaml").write_text(text.replace('plugin_slurm")', 'plugin_not_installed")'))
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path)]
     result = subprocess.run(
         [*command, "--workflow-profile", str(tmp_path / "profile"), "-n"],
