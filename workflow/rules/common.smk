@@ -8,25 +8,14 @@ from snakemake.utils import validate
 from cgrpo.pipeline.configuration import methods, provenance, specs
 from cgrpo.pipeline.configuration.checks import ConfigError, check_config
 from cgrpo.pipeline.configuration.plugins import import_plugins
-from cgrpo.pipeline.configuration.schema_errors import explain
+from cgrpo.pipeline.configuration.schema_errors import validate_config
 from cgrpo.pipeline.configuration.specs import format_delta, format_grid
 from cgrpo.pipeline.jobs.vllm_backend import check_vllm_installed
-from jsonschema import ValidationError
 
 ##### config validation #####
 
 # Absolute, for the onstart hook too, which runs where Snakemake no longer knows this file's folder.
 SCHEMA = workflow.source_path("../schemas/config.schema.yaml")
-
-
-def validated(settings):
-    """Validate `settings` against the schema (filling in its defaults), refusing a bad one in one sentence."""
-    try:
-        validate(settings, schema=SCHEMA)
-    except WorkflowError as error:
-        if not isinstance(error.__context__, ValidationError):
-            raise
-        raise WorkflowError(explain(error.__context__, settings, SCHEMA)) from None
 
 
 def check_resources():
@@ -41,11 +30,9 @@ def check_resources():
 
 
 check_resources()
-validated(config)
-
-
 try:
-    # Plugins register stopping rules, which the config check and the run names must know.
+    validate_config(config, SCHEMA)
+    # Plugins register stopping rules and tasks, which the config check and the run names must know.
     import_plugins(config["plugins"])
     check_config(config)
 except (ConfigError, ValueError) as error:
@@ -352,11 +339,6 @@ def statistics_spec(wildcards):
 def in_report(shown, path, **kwargs):
     """`path` as a report entry when `shown`, a plain output otherwise: a plot or table of one point says nothing."""
     return report(path, **kwargs) if shown else path
-
-
-def several_calibrations():
-    """Whether C-GRPO's runs calibrate more than once, so that the thresholds plot has more than one point."""
-    return any(every > 0 for every in config["cgrpo"]["recalibrate_every"])
 
 
 def several_deltas():

@@ -12,7 +12,7 @@ from typing import Any
 from ...calibration import training_grid
 from ...conformal import smallest_supported_delta
 from ...stopping import get_rule, rule_names
-from ..tasks import check_task_score, get_task
+from ..tasks import available_tasks, check_task_score, get_task
 from .methods import METHODS, static_runs, train_spec
 from .options import BOOTSTRAP_SETTINGS, GRPO_CONFIG, LORA_CONFIG, check_options
 from .specs import base_model_path, check_model_source
@@ -31,6 +31,7 @@ def check_config(config: Mapping[str, Any]) -> None:
     try:
         check_budget_grids(config)
         check_fixed_deltas(config)
+        check_calibration_size(config)
         check_task(config)
         check_model(config)
         check_trainer_sections(config)
@@ -131,6 +132,20 @@ def check_fixed_deltas(config: Mapping[str, Any]) -> None:
                 )
 
 
+def check_calibration_size(config: Mapping[str, Any]) -> None:
+    """Reject calibration options that need more examples than the calibration split holds, which every calibration
+    job would refuse after the base model and the splits."""
+    size = config["splits"]["sizes"]["calibration"]
+    options = config["cgrpo"]["options"]
+    needed = (options["num_calibration_samples"] or 1) + options["calibration_holdout"]
+    if size is not None and needed > size:
+        raise ConfigError(
+            f"config keys cgrpo.options.num_calibration_samples ({options['num_calibration_samples']}) and "
+            f"cgrpo.options.calibration_holdout ({options['calibration_holdout']}) need {needed} calibration examples, "
+            f"but splits.sizes.calibration is {size}: lower them or raise splits.sizes.calibration."
+        )
+
+
 def needed_splits(eval_source_split: str | None) -> list[str]:
     """The task splits the split rule reads: train, and ``splits.eval_source_split`` when set."""
     return ["train"] + ([eval_source_split] if eval_source_split else [])
@@ -142,6 +157,11 @@ def check_task(config: Mapping[str, Any]) -> None:
     answers to compare with a gold answer, first_success and pass_rate a verifier) and a bootstrap on another task's
     data."""
     name = config["task"]["name"]
+    if name not in available_tasks():
+        try:
+            get_task(name)
+        except ValueError as error:
+            raise ConfigError(f"config key task.name: {error}") from None
     try:
         task = get_task(name, **config["task"]["options"])
     except (TypeError, ValueError) as error:

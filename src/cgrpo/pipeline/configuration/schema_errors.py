@@ -18,10 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from jsonschema import ValidationError
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
 
+from .checks import ConfigError
 from .options import GRPO_CONFIG, dataclass_options
 
-__all__ = ["LIBRARY_NAMES", "describe", "explain"]
+__all__ = ["LIBRARY_NAMES", "describe", "explain", "validate_config"]
 
 # The library's option names (CGRPOConfig's) where the pipeline's key differs: the pipeline takes a list of values,
 # one run per value, or keeps the option in a section of its own.
@@ -206,3 +210,14 @@ def explain(error, config: Mapping[str, Any], schema_path: str | Path) -> str:
     return _sentence(
         f"config key {key} is {_given(error.instance)}, but it must be {expected}{_hint(error, config, expected)}"
     )
+
+
+def validate_config(config: dict[str, Any], schema_path: str | Path) -> None:
+    """Validate `config` with Snakemake's `validate` (which fills in the schema's defaults); raise ConfigError with
+    one sentence (:func:`explain`) for a config the schema refuses."""
+    try:
+        validate(config, schema=str(schema_path))
+    except WorkflowError as error:
+        if not isinstance(error.__context__, ValidationError):
+            raise
+        raise ConfigError(explain(error.__context__, config, schema_path)) from None
