@@ -385,6 +385,13 @@ def test_hub_dataset_offline_needs_the_cache(tmp_path, monkeypatch):
 def test_task_options_the_factory_refuses():
     with pytest.raises(ConfigError, match="config key task.options of task 'arithmetic'"):
         planned(with_change("task.options.answer_fmt", "hash"))
+    with pytest.raises(ConfigError, match=r"'num_exampels'; did you mean 'num_examples'\?$"):
+        planned(with_change("task.options.num_exampels", 30))
+
+
+def test_a_misspelt_rule_is_named_with_the_nearest_one():
+    with pytest.raises(ConfigError, match=r"names 'unanimos', .*; did you mean 'unanimous', or list the module"):
+        planned(with_change("cgrpo.ablations.rules", ["unanimos"]))
 
 
 def test_more_worked_examples_than_the_generated_pool_has():

@@ -6,13 +6,15 @@ been validated against ``workflow/schemas/config.schema.yaml`` first (which fill
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
 from ...calibration import training_grid
 from ...conformal import smallest_supported_delta
 from ...stopping import get_rule, rule_names
-from ..tasks import available_tasks, check_task_score, get_task
+from ..tasks import TASKS, available_tasks, check_task_score, get_task
 from .methods import METHODS, static_runs, train_spec
 from .options import BOOTSTRAP_SETTINGS, GRPO_CONFIG, LORA_CONFIG, check_options
 from .specs import base_model_path, check_model_source
@@ -54,9 +56,11 @@ def check_stopping_rules(config: Mapping[str, Any]) -> None:
     named += [("replay.options", rule) for rule in replay["options"]]
     for key, rule in named:
         if rule not in rule_names():
+            close = difflib.get_close_matches(rule, rule_names(), n=1)
+            fix = f"did you mean {close[0]!r}, or" if close else "fix the name or"
             raise ConfigError(
                 f"config key {key} names {rule!r}, which is no registered stopping rule ({', '.join(rule_names())}); "
-                "fix the name or list the module that registers it under plugins."
+                f"{fix} list the module that registers it under plugins."
             )
     if "conformal" in ablations["rules"]:
         raise ConfigError("config key cgrpo.ablations.rules lists conformal, which is C-GRPO itself; remove it.")
@@ -162,10 +166,13 @@ def check_task(config: Mapping[str, Any]) -> None:
             get_task(name)
         except ValueError as error:
             raise ConfigError(f"config key task.name: {error}") from None
+    options = config["task"]["options"]
     try:
-        task = get_task(name, **config["task"]["options"])
+        task = get_task(name, **options)
     except (TypeError, ValueError) as error:
-        raise ConfigError(f"config key task.options of task {name!r}: {error}") from None
+        raise ConfigError(
+            f"config key task.options of task {name!r}: {error}{_task_option_hint(name, options)}"
+        ) from None
     eval_source_split = config["splits"]["eval_source_split"]
     if task.source is not None:
         task.source.check(needed_splits(eval_source_split), offline=False)
@@ -195,6 +202,20 @@ def check_task(config: Mapping[str, Any]) -> None:
                 f"config key base_model.options.task is {bootstrap_task!r}, but task {name!r} needs a base model "
                 f"bootstrapped on {expected!r} data: set base_model.options.task to {expected!r}."
             )
+
+
+def _nearest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _task_option_hint(name: str, options: Mapping[str, Any]) -> str:
+    """The nearest keyword of the task's factory to an option it lacks, when its signature lists them all."""
+    parameters = inspect.signature(TASKS[name]).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return ""
+    unknown = [option for option in options if option not in parameters]
+    return _nearest(unknown[0], list(parameters)) if unknown else ""
 
 
 def check_model(config: Mapping[str, Any]) -> None:
