@@ -117,6 +117,7 @@ def test_every_config_section_refuses_unknown_keys():
         ("top_p", 0.9, "top_p is a GRPOConfig option: set it under training (every method) or a method's trainer."),
         ("splits.sizes", {"train": 8, "eval": 8}, "config key splits.sizes.calibration is missing: give it an integer"),
         ("seeds", [0, 0], "config key seeds lists a value twice ([0, 0]); give each value once."),
+        ("cgrpo.seeds", [0], "config key cgrpo.seeds is not a key of cgrpo; it belongs under the top level (seeds)."),
     ],
 )
 def test_schema_refuses(key, value, message):

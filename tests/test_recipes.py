@@ -116,7 +116,7 @@ def test_a_recipe_runs_end_to_end(tmp_path, page):
         # Trained as an ablation, and replayed.
         assert set(summary.loc[summary["method"] == "lead", "run"]) == {"lead_s0_g2-4-8_t2", "lead_s0_g2-4-8_t3"}
         replayed = pd.read_csv(tables / "replay.csv")
-        assert sorted(replayed.loc[replayed["rule"] == "lead", "setting"]) == [2, 3, 4]
+        assert sorted(map(float, replayed.loc[replayed["rule"] == "lead", "setting"])) == [2, 3, 4]
     if experiment == "sum":
         split = (folder / "results" / "sum" / "splits" / "train.jsonl").read_text()
         assert '"question": "Add ' in split

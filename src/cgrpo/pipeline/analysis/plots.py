@@ -8,6 +8,7 @@ instead.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -84,10 +85,11 @@ def _table_figure(path: str | Path, title: str, columns: list[str], rows: list[l
     """A figure that is a table: where a plot would draw lines through one point, the point's values as a row."""
     fig, ax = plt.subplots(figsize=(min(3 + 2.2 * len(columns), 16), 1.4 + 0.35 * len(rows)))
     ax.set_axis_off()
-    table = ax.table(cellText=rows, colLabels=columns, loc="center", cellLoc="center")
+    labels = [textwrap.fill(column, 22) for column in columns]
+    table = ax.table(cellText=rows, colLabels=labels, loc="center", cellLoc="center")
     table.auto_set_font_size(False)
     table.set_fontsize(8)
-    table.scale(1, 1.5)
+    table.scale(1, 1.8)
     ax.set_title(title, fontsize=10)
     fig.text(0.5, 0.02, note, ha="center", fontsize=8, style="italic")
     _save(fig, path)

@@ -148,7 +148,7 @@ def _suggestion(name: str, where: str, allowed: Sequence[str], root: Mapping[str
         return f"; did you mean {f'{where}.' if where else ''}{close[0]}?"
     elsewhere = _schema_keys(root, root).get(name)
     if elsewhere:
-        return f"; it belongs under {elsewhere[0].rpartition('.')[0]} ({elsewhere[0]})"
+        return f"; it belongs under {elsewhere[0].rpartition('.')[0] or 'the top level'} ({elsewhere[0]})"
     if name in dataclass_options(*GRPO_CONFIG):
         return f"; {name} is a GRPOConfig option: set it under training (every method) or a method's trainer"
     return f"; the keys of {where or 'the config'} are {', '.join(allowed)}"
