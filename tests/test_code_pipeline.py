@@ -316,7 +316,10 @@ def test_dry_run_rejects_a_score_the_task_cannot_use(tmp_path):
             {"task.name": "arithmetic", "task.options": {}, "base_model.options.task": "arithmetic"},
             "config key cgrpo.options.score: score 'first_success' counts verifier passes",
         ),
-        ({"task.options.isolation": "none"}, "['task']['options']['isolation']"),
+        (
+            {"task.options.isolation": "none"},
+            'config key task.options.isolation is "none", but it must be one of auto, namespaces, process.',
+        ),
     ],
 )
 def test_planning_rejects_a_score_option_or_bootstrap_the_task_cannot_use(changes, message):

@@ -236,10 +236,10 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)
-        if not self._rewards_probed:
-            probe_reward_funcs(self.reward_funcs, self.reward_func_names, inputs[0], self.state)
-            self._rewards_probed = True
         if self._calibration_due():
+            if not self._rewards_probed:
+                probe_reward_funcs(self.reward_funcs, self.reward_func_names, inputs[0], self.state)
+                self._rewards_probed = True
             start = self._extraction_counts()
             self.calibrate()
             self._check_extractions_since(start, f"the calibration at step {self.state.global_step}")

@@ -31,8 +31,8 @@ def reward_funcs_list(reward_funcs) -> list:
 
 def probe_reward_funcs(reward_funcs: list, names: list[str], example: dict[str, Any], state: Any) -> None:
     """Call every reward function (reward models aside) once, on `example`'s prompt with an empty completion, which a
-    policy can generate: one that raises then stops the run with its name before the calibration spends its rollouts,
-    not after. The call gets the keyword arguments TRL passes, its logging hooks as no-ops."""
+    policy can generate: one that raises then stops the run with its name before the first calibration spends its
+    rollouts, not after. The call gets the keyword arguments TRL passes, its logging hooks as no-ops."""
     prompt = example["prompt"]
     completion = "" if isinstance(prompt, str) else [{"role": "assistant", "content": ""}]
     columns = {key: [value] for key, value in example.items() if key not in ("prompt", "completion", "completion_ids")}
