@@ -5,7 +5,9 @@
 - `budget_digest`: a budgeted experiment's `budget_comparison`, each method against the best fixed group size;
 - `verdict_digest`: one line per budgeted experiment: which method to use at an equal rollout budget, by how much,
   and the smallest difference the run could detect;
-- `screen_digest`: the difficulty screen's candidate mixes and each rule's best saving.
+- `screen_digest`: the difficulty screen's candidate mixes and each rule's best saving;
+- `frontier_digest` and `frontier_at_cgrpo_digest`: a training frontier's points, and every method at C-GRPO's cost;
+- `paired_digest`: C-GRPO minus each baseline, seed by seed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ import pandas as pd
 
 from ..configuration.methods import method_label
 
-__all__ = ["budget_digest", "by_method_digest", "screen_digest", "verdict_digest"]
+__all__ = [
+    "budget_digest",
+    "by_method_digest",
+    "frontier_at_cgrpo_digest",
+    "frontier_digest",
+    "paired_digest",
+    "screen_digest",
+    "verdict_digest",
+]
 
 LOW, HIGH = "95% CI low", "95% CI high"
 
@@ -140,4 +150,64 @@ def screen_digest(path: Path) -> str:
         best = group.groupby("rule")["saving"].max()
         shares = [_number(first[name], 2) for name in ("trivial", "hopeless", "mixed", "accuracy")]
         rows.append([mix, *shares, *(_number(best.get(rule, math.nan), 2) for rule in rules)])
+    return _table(header, rows)
+
+
+def frontier_digest(folder: Path) -> str:
+    """Each method and setting of a training frontier (`frontier.csv`): its costs and sampled accuracy."""
+    table = pd.read_csv(Path(folder) / "frontier.csv")
+    header = ["method", "setting", "training rollouts per prompt", "calibration rollouts per prompt", "CPU time (s)"]
+    header += ["sampled accuracy", "interval"]
+    rows = [
+        [
+            row["label"],
+            row["setting"],
+            _cell(row, "training rollouts per prompt (calibration excluded)", 1),
+            _number(row["calibration rollouts per prompt"], 1),
+            _cell(row, "CPU time (s, training + calibration)", 1),
+            _cell(row, "sampled accuracy (mean@k)"),
+            row["interval"],
+        ]
+        for row in table.to_dict("records")
+    ]
+    return _table(header, rows)
+
+
+def frontier_at_cgrpo_digest(folder: Path) -> str:
+    """Every method's frontier at each C-GRPO setting's cost, minus C-GRPO (`frontier_at_cgrpo.csv`)."""
+    table = pd.read_csv(Path(folder) / "frontier_at_cgrpo.csv")
+    header = ["C-GRPO setting", "cost", "C-GRPO's cost", "C-GRPO's accuracy", "method", "its accuracy there"]
+    header += ["difference", "in range"]
+    rows = [
+        [
+            row["C-GRPO setting"],
+            row["cost"],
+            _number(row["C-GRPO cost"], 1),
+            _number(row["C-GRPO sampled accuracy"], 3),
+            row["label"],
+            _number(row["sampled accuracy at C-GRPO's cost"], 3),
+            _cell(row, "difference"),
+            _number(row["resamples within range"], 2),
+        ]
+        for row in table.to_dict("records")
+    ]
+    return _table(header, rows)
+
+
+def paired_digest(folder: Path) -> str:
+    """C-GRPO minus each baseline, paired by seed (`paired.csv`): accuracies, rollouts and CPU time."""
+    table = pd.read_csv(Path(folder) / "paired.csv")
+    header = ["C-GRPO setting", "minus", "greedy accuracy", "sampled accuracy", "rollouts generated", "CPU time (s)"]
+    cpu = "CPU time (s, training + calibration) difference"
+    rows = [
+        [
+            row["C-GRPO setting"],
+            row["baseline"],
+            _cell(row, "greedy accuracy difference"),
+            _cell(row, "sampled accuracy (mean@k) difference"),
+            _cell(row, "rollouts generated difference", 0),
+            _cell(row, cpu, 1) if cpu in row else "",
+        ]
+        for row in table.to_dict("records")
+    ]
     return _table(header, rows)
