@@ -13,13 +13,12 @@ from cgrpo.pipeline.configuration.methods import (
     ablation_run_name,
     cgrpo_run_name,
     dapo_run_name,
-    evaluation_spec,
     grpo_run_name,
     parse_run_name,
     run_pattern,
     static_runs,
-    train_spec,
 )
+from cgrpo.pipeline.configuration.run_specs import evaluation_spec, train_spec
 from cgrpo.pipeline.configuration.specs import (
     EvaluationSpec,
     TrainSpec,

@@ -21,7 +21,8 @@ from ...config import CGRPOConfig
 from ...costs import calibration_steps, generation_span
 from ...stopping import get_rule
 from ..configuration.checks import generation_batch_size
-from ..configuration.methods import METHODS, grpo_run_name, static_runs, train_spec
+from ..configuration.methods import METHODS, grpo_run_name, static_runs
+from ..configuration.run_specs import train_spec
 from ..configuration.specs import TrainSpec, calibration_seed, format_grid, pool_samples
 from .matching import matched_group_size
 
