@@ -3,7 +3,9 @@
 - docs/trainer.md: the option tables of `CGRPOConfig` and `DynamicSamplingConfig`, from each field's `help` metadata;
 - config/README.md: the config keys, from the `description:` of workflow/schemas/config.schema.yaml;
 - docs/pipeline.md: what every table and plot holds, from the report captions under workflow/report/;
-- docs/method.md: the registered stopping rules, from `cgrpo.stopping`'s registry and each rule's docstring.
+- docs/method.md: the registered stopping rules, from `cgrpo.stopping`'s registry and each rule's docstring;
+- README.md and docs/results.md: the results' tables, from the committed tables under results/reference/
+  (`cgrpo.pipeline.analysis.digest`), so that every figure in them is a committed table's.
 
 Each generated part sits between `<!-- generated:NAME:start -->` and `<!-- generated:NAME:end -->`; the rest of
 each page is written by hand. `python scripts/generate_docs.py` rewrites the parts, `--check` only reports the pages
@@ -23,6 +25,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+RESULTS = REPO / "results" / "reference"
 REPORT_RULES = [
     REPO / "workflow" / "rules" / name for name in ("format_rate.smk", "report.smk", "replay.smk", "curves.smk")
 ]
@@ -166,6 +169,22 @@ def stopping_rules() -> str:
 
 
 # ------------------------------------------------------------------ pages
+def results_parts() -> dict[str, str]:
+    """The results' tables the README and docs/results.md show, each from its committed table."""
+    from cgrpo.pipeline.analysis import digest
+
+    return {
+        "by-method-default": digest.by_method_digest(RESULTS),
+        "frontier": digest.frontier_digest(RESULTS / "frontier"),
+        "frontier-at-cgrpo": digest.frontier_at_cgrpo_digest(RESULTS / "frontier"),
+        "by-method-long": digest.by_method_digest(RESULTS / "long"),
+        "paired-long": digest.paired_digest(RESULTS / "long"),
+        "paired-with-dapo": digest.paired_digest(RESULTS / "with_dapo"),
+        "by-method-one-step": digest.by_method_digest(RESULTS / "one_step_generation"),
+        "paired-one-step": digest.paired_digest(RESULTS / "one_step_generation"),
+    }
+
+
 def generated_parts() -> dict[Path, dict[str, str]]:
     schema = yaml.safe_load(SCHEMA.read_text())
     return {
@@ -173,6 +192,7 @@ def generated_parts() -> dict[Path, dict[str, str]]:
         REPO / "config" / "README.md": {"config-keys": config_keys(schema)},
         REPO / "docs" / "pipeline.md": {"report-outputs": report_outputs()},
         REPO / "docs" / "method.md": {"stopping-rules": stopping_rules()},
+        REPO / "docs" / "results.md": results_parts(),
     }
 
 

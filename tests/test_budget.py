@@ -101,9 +101,10 @@ def test_cgrpo_trainer_stops_within_one_generation_batch_counting_its_calibratio
     trainer.train()
     calibration = trainer.cgrpo_totals["calibration_rollouts"]
     assert calibration == 4 * 8  # num_calibration_samples x max(grid)
-    # Every training rollout passed through the reward functions (padded rows never do).
-    assert reward.scored == trainer.cgrpo_totals["train_rollouts"]
-    used = reward.scored + calibration
+    # Every training rollout passed through the reward functions (padded rows never do), after the one empty
+    # completion the trainer probes them with before its first calibration.
+    assert reward.scored == trainer.cgrpo_totals["train_rollouts"] + 1
+    used = reward.scored - 1 + calibration
     assert used == rollouts_generated(trainer) and budget.stopped_at_step == trainer.state.global_step
     # One generation batch of 4 prompts draws at most 4 x 8 rollouts.
     assert 120 <= used < 120 + 4 * 8
@@ -114,8 +115,9 @@ def test_excluding_the_calibration_budgets_training_rollouts_alone(tiny_model_di
     trainer = _cgrpo(tiny_model_dir, tmp_path, reward)
     trainer.add_callback(RolloutBudget(trainer, max_rollouts=120, include_calibration=False))
     trainer.train()
-    assert 120 <= reward.scored < 120 + 4 * 8
-    assert rollouts_generated(trainer, include_calibration=False) == reward.scored
+    trained = reward.scored - 1  # less the probe's empty completion
+    assert 120 <= trained < 120 + 4 * 8
+    assert rollouts_generated(trainer, include_calibration=False) == trained
 
 
 def test_the_dapo_trainer_counts_every_sampled_group(tiny_model_dir, tmp_path):

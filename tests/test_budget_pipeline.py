@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from snakemake.utils import validate
@@ -171,3 +172,43 @@ def test_a_budget_that_cannot_compare_is_refused_with_one_sentence(sections, mes
     config = _config(**sections)
     with pytest.raises(ConfigError, match=message):
         check_config(config)
+
+
+# Long: a whole (tiny) budgeted pipeline takes minutes.
+@pytest.mark.slow
+@pytest.mark.long
+def test_a_budgeted_smoke_pipeline_ends_every_run_at_the_budget_and_compares_the_curves(tmp_path):
+    from test_workflow import snakemake
+
+    override = tmp_path / "budget.yaml"
+    override.write_text(
+        yaml.safe_dump(
+            {
+                "experiment": "smoke_budget",
+                "seeds": [0, 1],
+                "grpo": {"num_generations": [2, 4], "compute_matched": False},
+                "dapo": {"num_generations": []},
+                "cgrpo": {"ablations": {"rules": ["signal"], "settings": {"signal": [0.2]}}},
+                "budget": {"rollouts": 96, "milestones": 2, "eval_samples": 2},
+            }
+        )
+    )
+    result = snakemake(
+        tmp_path, "--cores", "2", "--configfile", str(REPO / "config" / "smoke.yaml"), str(override), timeout=1800
+    )
+    assert result.returncode == 0, result.stdout[-5000:]
+    tables = tmp_path / "results" / "smoke_budget" / "tables"
+    curve = pd.read_csv(tables / "learning_curve.csv")
+    assert set(curve["method"]) == {"cgrpo", "grpo", "signal"} and set(curve["seed"]) == {0, 1}
+    last = curve.sort_values("milestone").groupby("run").tail(1).set_index("run")
+    # Every run stops at the first generation batch past the budget: 2 prompts a batch, at most 8 rollouts each.
+    assert (last["rollouts"] >= 96).all() and (last["rollouts"] < 96 + 2 * 8).all()
+    # C-GRPO's curve starts after its initial calibration (8 prompts x 8), with the base model's accuracy.
+    starts = curve[curve["milestone"] == 0].set_index("run")
+    assert (starts.loc[starts["method"] == "cgrpo", "rollouts"] == 64).all()
+    assert starts["sampled_accuracy"].nunique() == 1
+    comparison = pd.read_csv(tables / "budget_comparison.csv")
+    assert comparison["best fixed G"].iloc[0] in {"G=2", "G=4"} and len(comparison) == 4
+    calibrations = pd.read_csv(tables / "budget_calibrations.csv")
+    assert set(calibrations["method"]) == {"cgrpo", "signal"} and calibrations["prompt_set"].notna().all()
+    assert (tmp_path / "results" / "smoke_budget" / "plots" / "learning_curves.png").stat().st_size > 0

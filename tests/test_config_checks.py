@@ -16,8 +16,6 @@ from pathlib import Path
 import pytest
 import yaml
 from peft import LoraConfig
-from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
 from trl import GRPOConfig
 
 from cgrpo.pipeline.configuration.checks import ConfigError, check_config
@@ -28,6 +26,7 @@ from cgrpo.pipeline.configuration.options import (
     dataclass_options,
     option_type,
 )
+from cgrpo.pipeline.configuration.schema_errors import validate_config
 from cgrpo.pipeline.jobs.base_model import BootstrapSettings
 from cgrpo.pipeline.tasks.files import DataSource
 
@@ -49,7 +48,7 @@ def with_change(dotted: str, value) -> dict:
 
 def planned(config: dict) -> None:
     """What the workflow does with a config before any job: schema (which fills defaults), then the checks."""
-    validate(config, schema=str(SCHEMA))
+    validate_config(config, SCHEMA)
     check_config(config)
 
 
@@ -92,24 +91,41 @@ def test_every_config_section_refuses_unknown_keys():
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("trainig", {"max_steps": 3}, "'trainig' was unexpected"),
-        ("cgrpo.options.scor", "aps", "'scor' was unexpected"),
-        ("splits.sizes.tran", 3, "'tran' was unexpected"),
-        ("evaluation.batch", 3, "'batch' was unexpected"),
-        ("dapo.rounds", 3, "'rounds' was unexpected"),
-        ("grpo.compute_matched", "yes", "'yes' is not of type 'boolean'"),
-        ("seeds", [0, "1"], "'1' is not of type 'integer'"),
-        ("training.max_steps", -3, "-3 is less than the minimum"),
-        ("cgrpo.budget_grids", [[2, 4.5, 8]], "4.5 is not of type 'integer'"),
-        ("cgrpo.deltas", ["auto", 1.5], "1.5 is not valid"),
-        ("task.name", "mmlu", "'mmlu' is not one of"),
-        ("grpo.num_generations", [1], "1 is less than the minimum of 2"),
+        ("trainig", {"max_steps": 3}, "config key trainig is not a key of the config; did you mean training?"),
+        ("cgrpo.options.scor", "aps", "config key cgrpo.options.scor is not a key of cgrpo.options; did you mean "),
+        ("splits.sizes.tran", 3, "did you mean splits.sizes.train?"),
+        ("evaluation.batch", 3, "did you mean evaluation.batch_size?"),
+        ("dapo.rounds", 3, "config key dapo.rounds is not a key of dapo; the keys of dapo are num_generations,"),
+        ("grpo.compute_matched", "yes", 'config key grpo.compute_matched is "yes", but it must be true or false.'),
+        ("seeds", [0, "1"], 'config key seeds[1] is "1", but it must be an integer of at least 0.'),
+        ("training.max_steps", -3, "config key training.max_steps is -3, but it must be an integer of at least 1."),
+        ("cgrpo.budget_grids", [[2, 4.5, 8]], "config key cgrpo.budget_grids[0][1] is 4.5, but it must be an integer"),
+        (
+            "cgrpo.deltas",
+            ["auto", 1.5],
+            "config key cgrpo.deltas[1] is 1.5, but it must be a number in (0, 1) or auto.",
+        ),
+        ("task.name", "my task", 'config key task.name is "my task", but it must be a string matching'),
+        (
+            "grpo.num_generations",
+            [1],
+            "config key grpo.num_generations[0] is 1, but it must be an integer of at least 2.",
+        ),
+        ("experiment", None, "config key experiment is null, but it must be a string matching"),
+        ("cgrpo.budget_grid", [2, 4, 8], "the library's option budget_grid is the pipeline's cgrpo.budget_grids"),
+        ("delta_margin", 0.2, "config key delta_margin is not a key of the config; it belongs under cgrpo.options"),
+        ("top_p", 0.9, "top_p is a GRPOConfig option: set it under training (every method) or a method's trainer."),
+        ("splits.sizes", {"train": 8, "eval": 8}, "config key splits.sizes.calibration is missing: give it an integer"),
+        ("seeds", [0, 0], "config key seeds lists a value twice ([0, 0]); give each value once."),
+        ("cgrpo.seeds", [0], "config key cgrpo.seeds is not a key of cgrpo; it belongs under the top level (seeds)."),
     ],
 )
 def test_schema_refuses(key, value, message):
-    with pytest.raises(WorkflowError) as error:
+    with pytest.raises(ConfigError) as error:
         planned(with_change(key, value))
     assert message in str(error.value)
+    # One sentence (two where it names the nearest key), not jsonschema's dump of the schema.
+    assert len(str(error.value)) < 300 and "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize(
@@ -272,6 +288,23 @@ def test_fixed_delta_the_calibration_size_cannot_support(key, value, message):
     assert message in str(error.value)
 
 
+def test_calibration_options_larger_than_the_calibration_split():
+    # The smoke config's split holds 8 calibration examples; each calibration job would refuse 6 + 4 of them.
+    config = with_change("cgrpo.options.num_calibration_samples", 6)
+    config["cgrpo"]["options"]["calibration_holdout"] = 4
+    with pytest.raises(ConfigError, match=r"need 10 calibration examples, but splits.sizes.calibration is 8"):
+        planned(config)
+    config["cgrpo"]["options"]["calibration_holdout"] = 2
+    planned(config)
+
+
+def test_a_task_no_plugin_registers_is_named_with_the_nearest_one():
+    with pytest.raises(
+        ConfigError, match=r"config key task.name: Unknown task 'arithmatic'; did you mean 'arithmetic'"
+    ):
+        planned(with_change("task.name", "arithmatic"))
+
+
 # ------------------------------------------------------------------------------------------- data and models
 
 
@@ -353,6 +386,13 @@ def test_hub_dataset_offline_needs_the_cache(tmp_path, monkeypatch):
 def test_task_options_the_factory_refuses():
     with pytest.raises(ConfigError, match="config key task.options of task 'arithmetic'"):
         planned(with_change("task.options.answer_fmt", "hash"))
+    with pytest.raises(ConfigError, match=r"'num_exampels'; did you mean 'num_examples'\?$"):
+        planned(with_change("task.options.num_exampels", 30))
+
+
+def test_a_misspelt_rule_is_named_with_the_nearest_one():
+    with pytest.raises(ConfigError, match=r"names 'unanimos', .*; did you mean 'unanimous', or list the module"):
+        planned(with_change("cgrpo.ablations.rules", ["unanimos"]))
 
 
 def test_more_worked_examples_than_the_generated_pool_has():

@@ -42,7 +42,9 @@ class ScriptedRandom(random.Random):
     [
         (9, 0.1, 9),  # ceil(10 * 0.9) = 9
         (10, 0.1, 10),  # ceil(11 * 0.9) = ceil(9.9) = 10
-        (19, 0.05, 19),  # ceil(20 * 0.95) = 19 exactly, not 20 from rounding
+        (19, 0.05, 19),  # ceil(20 * 0.95) = 19 exactly
+        # 10 * (1 - 0.7) is 3.0000000000000004 in floating point: without the rounding guard the rank would be 4.
+        (9, 0.7, 3),
         (20, 0.1, 19),  # ceil(21 * 0.9) = ceil(18.9) = 19
         (4, 0.9, 1),  # ceil(5 * 0.1) = 1
         (3, 0.99, 1),  # ceil(4 * 0.01) = 1

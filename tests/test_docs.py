@@ -191,6 +191,9 @@ def test_the_trainer_example_runs_as_written(tmp_path):
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    # Quiet: no deprecation warning about TRL's own calls, and no per-step metric dicts, only TRL's closing summary.
+    assert "FutureWarning" not in result.stderr, result.stderr[-3000:]
+    assert result.stdout.count("{'") <= 1, result.stdout[-3000:]
     printed = PRINTED.search(result.stdout)
     assert printed, result.stdout[-2000:]
     training, calibration, prompts, grpo = map(int, printed.groups())
@@ -198,3 +201,26 @@ def test_the_trainer_example_runs_as_written(tmp_path):
     # Every prompt drew at least the first budget, and at most the largest.
     assert 2 * prompts <= training <= grpo
     assert len(list(tmp_path.glob("cgrpo-example-*/splits/manifest.json"))) == 1
+
+
+def workflow_names(list_name: str) -> list[str]:
+    """The names in `<list_name> = [...]` of workflow/rules/common.smk (the workflow's tables and plots)."""
+    text = (REPO / "workflow" / "rules" / "common.smk").read_text()
+    body = re.search(rf"^{list_name} = \[(.*?)\]", text, re.MULTILINE | re.DOTALL).group(1)
+    return re.findall(r'"(\w+)"', body)
+
+
+def test_the_outputs_table_lists_every_table_and_plot():
+    section = (REPO / "config" / "README.md").read_text().split("## Outputs")[1].split("\n## ")[0]
+    rows = {row.split("|")[1].strip(" `"): row for row in section.splitlines() if row.startswith("| `")}
+    tables = workflow_names("TABLES") + workflow_names("REPLAY_TABLES")
+    plots = workflow_names("PLOTS") + ["replay"]
+    assert len(tables) >= 12 and len(plots) >= 7
+    assert [name for name in tables if f"`{name}`" not in rows["tables/"]] == []
+    assert [name for name in plots if f"`{name}.png`" not in rows["plots/"]] == []
+    assert "logs/" in rows and "tail -f" in rows["logs/"]
+
+
+def test_the_readme_says_where_job_logs_are_and_how_to_follow_one():
+    pipeline = (REPO / "README.md").read_text().split("## The pipeline")[1].split("\n## ")[0]
+    assert "results/<experiment>/logs/" in pipeline and "tail -f results/" in pipeline

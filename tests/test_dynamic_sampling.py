@@ -567,17 +567,20 @@ def test_cgrpo_drop_unanimous_drops_the_groups_stopped_at_unanimity_and_refills(
     trainer = _cgrpo(tiny_model_dir, tmp_path, reward)
     trainer.model.train()
     output = trainer._generate_and_score_completions(_rows([0, 1], width=8))
+    # The reward function's first call is the probe before the calibration, on the first prompt's empty completion.
+    probe, *calls = reward.calls
+    assert probe == [0]
     # Prompt 0 stops at k=2 with agreeing rewards and is dropped; refill rounds find a second informative group.
-    scored = [call[0] for call in reward.calls]  # each call's first row
+    scored = [call[0] for call in calls]  # each call's first row
     assert scored[0] == 0
     totals = trainer.dynamic_totals
-    assert totals["groups_kept"] == 2 and totals["rounds"] == len(reward.calls) >= 2
+    assert totals["groups_kept"] == 2 and totals["rounds"] == len(calls) >= 2
     kept = {int(p.split("+")[0]) for p in trainer._logs["prompt"]}
     assert kept <= {i for i in range(32) if i % 2} and len(kept) == 2
     # Only real rows of informative groups are trained on: 2 groups x 8 rows, all with an advantage.
     assert output["completion_ids"].size(0) == 16 and torch.all(output["advantages"] != 0)
     # Every completion C-GRPO generated was scored once, and both ledgers count the dropped groups' rollouts.
-    assert sum(len(call) for call in reward.calls) == totals["train_rollouts"] == trainer.cgrpo_totals["train_rollouts"]
+    assert sum(len(call) for call in calls) == totals["train_rollouts"] == trainer.cgrpo_totals["train_rollouts"]
     assert trainer.cgrpo_totals["groups"] == totals["groups_sampled"]
     assert 2 in trainer.budget_histogram  # the dropped easy groups stopped at the first budget
 

@@ -100,6 +100,15 @@ def test_a_calibration_set_shared_with_training_is_refused():
     check_held_out([dict(row) for row in _data(4, offset=100)], _data(16))
 
 
+def test_a_shared_prompt_is_quoted_whole_words_and_closed():
+    long = [{"prompt": " ".join(["seventeen"] * 20) + " =", "answer": "0"}]
+    with pytest.raises(ValueError) as refused:
+        check_held_out(long, Dataset.from_dict({"prompt": [long[0]["prompt"]]}))
+    quoted = str(refused.value).split("(the first: ")[1].split(")")[0]
+    # Cut at a word, marked as cut, and the quote closed.
+    assert quoted.startswith("'seventeen seventeen") and quoted.endswith(" ...'") and len(quoted) <= 82
+
+
 def test_conversational_prompts_are_compared_as_messages():
     messages = [[{"role": "user", "content": f"{i}+{i}="}] for i in range(4)]
     train = Dataset.from_dict({"prompt": messages})
@@ -136,6 +145,19 @@ def test_a_calibration_set_too_small_for_any_threshold_below_one_warns(tiny_mode
     assert [solved for solved in unanimous_solve_counts(17, 0.05) if solved > 8.5]
 
 
+def test_two_calibration_examples_warn_as_eight_do(tiny_model_dir, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="cgrpo.trainer_checks"):
+        _trainer(tiny_model_dir, tmp_path, _data(2, offset=100), delta_margin=0.05, budget_grid=[2, 4])
+    [record] = caplog.records
+    assert record.getMessage().startswith(
+        "With 2 calibration examples fitting the thresholds and delta_margin=0.05, the automatic delta leaves every "
+        "threshold at 1 whenever the policy solves 1 of them"
+    )
+    assert "raise delta_margin to 0.167" in record.getMessage()
+    # The margin it names is one fix: one solved example of two then leaves a threshold below 1 possible.
+    assert unanimous_solve_counts(2, 0.05) == [1] and unanimous_solve_counts(2, 0.167) == []
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -166,6 +188,27 @@ def _train(model_dir, tmp_path, extractor, **overrides) -> CGRPOTrainer:
     trainer = _trainer(model_dir, tmp_path, _data(4, offset=100), extractor=extractor, **overrides)
     trainer.train()
     return trainer
+
+
+def test_a_reward_function_that_raises_stops_the_run_before_the_calibration(tiny_model_dir, tmp_path):
+    def broken_reward(completions, answer, **kwargs):
+        return [float(completion == answer[0]) / 0 for completion in completions]
+
+    trainer = CGRPOTrainer(
+        model=tiny_model_dir,
+        reward_funcs=broken_reward,
+        args=_config(tmp_path),
+        train_dataset=_data(16),
+        calibration_dataset=_data(8, offset=100),
+        answer_extractor=lambda text: None,
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"reward function broken_reward raised ZeroDivisionError \(float division by zero\) on an empty completion",
+    ):
+        trainer.train()
+    # Checked before any rollout: the calibration drew none.
+    assert trainer.cgrpo_totals["calibration_rollouts"] == 0 and not trainer.calibration_history
 
 
 def test_an_extractor_returning_a_list_for_a_completion_stops_training(tiny_model_dir, tmp_path):

@@ -21,10 +21,11 @@ class OneProcess:
 
 
 def _batch():
-    # Three groups: rows 0-1 (3 and 1 tokens, advantages +-1), rows 2-3 (2 + 2 tokens, zero advantage) and row 4 (4
-    # tokens, advantage 0.5); row 5 is a padded row (one token).
+    # Three groups: rows 0-1 (3 and 1 tokens, advantages +-1), rows 2-3 (2 + 2 tokens, rewards that agree: the same
+    # float32 remainder of TRL's normalization on both rows) and row 4 (4 tokens, a lone row whose advantage no other
+    # reward can make informative); row 5 is a padded row (one token).
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
-    advantages = torch.tensor([1.0, -1.0, 0.0, 0.0, 0.5, 0.0])
+    advantages = torch.tensor([1.0, -1.0, -1.5e-4, -1.5e-4, 0.5, 0.0])
     groups = torch.tensor([0, 0, 1, 1, 2, -1])
     return {"advantages": advantages, "completion_mask": mask}, groups
 
@@ -43,8 +44,8 @@ def test_the_signal_of_a_batch_is_counted_and_logged():
     trainer = SimpleNamespace(accelerator=OneProcess(), generation_totals={}, _metrics={"train": defaultdict(list)})
     record_learning_signal(trainer, output, groups, rollouts=10)
     metrics = trainer._metrics["train"]
-    assert metrics["signal/informative_group_share"] == [pytest.approx(2 / 3)]
-    assert metrics["signal/signal_rows_per_rollout"] == [pytest.approx(3 / 10)]
+    assert metrics["signal/informative_group_share"] == [pytest.approx(1 / 3)]
+    assert metrics["signal/signal_rows_per_rollout"] == [pytest.approx(2 / 10)]
     # Token weights 4, 4, 4: no group outweighs an equal share.
     assert metrics["signal/max_prompt_weight"] == [pytest.approx(1.0)]
     record_learning_signal(
@@ -53,8 +54,23 @@ def test_the_signal_of_a_batch_is_counted_and_logged():
     # Token weights 6, 2, 1 of 9: the heaviest group weighs 2 equal shares.
     assert trainer._metrics["train"]["signal/max_prompt_weight"][-1] == pytest.approx(2.0)
     assert signal_summary(trainer.generation_totals) == pytest.approx(
-        {"informative_group_share": 4 / 6, "signal_rows_per_rollout": 6 / 16, "max_prompt_weight": 1.5}
+        {"informative_group_share": 2 / 6, "signal_rows_per_rollout": 4 / 16, "max_prompt_weight": 1.5}
     )
+
+
+@pytest.mark.parametrize("size", [2, 4, 8, 16, 32])
+def test_agreeing_rewards_are_no_signal_through_float32_normalization(size):
+    # TRL's advantages in float32: eight rewards of 0.2 less their mean leave -1.5e-8 on every row, -1.5e-4 once
+    # divided by the std plus 1e-4; only a group whose rewards differ is informative, and then on every row.
+    rewards = torch.full((2, size), 0.2)
+    rewards[1, 0] = 1.2
+    advantages = (rewards - rewards.mean(dim=1, keepdim=True)) / (rewards.std(dim=1, keepdim=True) + 1e-4)
+    trainer = SimpleNamespace(accelerator=OneProcess(), generation_totals={}, _metrics={"train": defaultdict(list)})
+    output = {"advantages": advantages.flatten(), "completion_mask": torch.ones(2 * size, 3)}
+    record_learning_signal(trainer, output, torch.arange(2 * size) // size, rollouts=2 * size)
+    metrics = trainer._metrics["train"]
+    assert metrics["signal/informative_group_share"] == [0.5]
+    assert metrics["signal/signal_rows_per_rollout"] == [0.5]
 
 
 def _trainer(model_dir, tmp_path, **overrides) -> CGRPOTrainer:

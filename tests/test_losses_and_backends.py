@@ -285,7 +285,8 @@ def test_reward_functions_see_real_rows_only(tiny_model_dir, tmp_path):
 
     trainer = _vllm_trainer(tiny_model_dir, tmp_path, extractor=lambda text: "1", reward=reward)
     _score_batch(trainer, prompts=2)
-    assert seen == [(4, 4, 4)]
+    # The probe before the calibration (one empty completion), then the batch's real rows.
+    assert seen == [(1, 1, 1), (4, 4, 4)]
     assert list(trainer._logs["extra"]["length"]) == [3, 3, 3, 3]
 
 

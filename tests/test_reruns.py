@@ -111,12 +111,12 @@ def test_an_unchanged_config_reruns_nothing_and_rewrites_no_spec(tree):
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        # Every method trains with `training`; the base model, the splits and the base model's evaluation do not.
-        # The compute-matched run is planned once its checkpoint, match_compute, has rerun.
+        # Every method trains with `training`; the base model, the splits, the calibration (which samples and never
+        # takes an optimizer step) and the base model's evaluation do not. The compute-matched run is planned once its
+        # checkpoint, match_compute, has rerun.
         (
             {"training": {"learning_rate": 5.0e-5}},
             {
-                "calibrate": 1,
                 "train_cgrpo": 1,
                 "train": 5,
                 "match_compute": 1,
@@ -166,6 +166,42 @@ def test_another_config_is_refused_in_a_folder_with_results_until_it_takes_the_f
     assert scheduled(dry_run(tree, lower)) == {}
     back = dry_run(tree)
     assert back.returncode != 0 and f"{REFUSED} (training.learning_rate: 5e-05 -> 0.0001;" in back.stdout
+
+
+LOOKING = {
+    "dry run": ("-n",),
+    "list rules": ("--list-rules",),
+    "lint": ("--lint",),
+    "dag": ("--dag",),
+    "rule graph": ("--rulegraph",),
+    "summary": ("--summary",),
+    "report": ("--report", "report.html"),
+}
+
+
+def snapshot(workdir: Path) -> dict[str, tuple[bytes, int] | None]:
+    """Every file under `workdir`/results with its bytes and modification time, and every folder (None)."""
+    return {
+        str(path.relative_to(workdir)): (path.read_bytes(), path.stat().st_mtime_ns) if path.is_file() else None
+        for path in sorted((workdir / "results").rglob("*"))
+    }
+
+
+@pytest.mark.parametrize("command", LOOKING.values(), ids=LOOKING.keys())
+@pytest.mark.long
+def test_a_command_that_only_looks_leaves_results_as_it_found_them(tree, tmp_path, command):
+    # A finished tree looked at with an edited setting, which a run would rerun and write new specs for.
+    edited = ("--configfile", str(SMOKE), str(override(tmp_path, {"training": {"learning_rate": 5.0e-5}})))
+    before = snapshot(tree)
+    result = snakemake(tree, *command, "--cores", "1", *edited, "--config", "replace_results=True")
+    assert snapshot(tree) == before, result.stdout[-3000:]
+    if command == ("-n",):
+        # The plan still shows the jobs the edit reruns.
+        assert scheduled(result)["train_cgrpo"] == 1
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    result = snakemake(fresh, *command, "--cores", "1", "--configfile", str(SMOKE))
+    assert not (fresh / "results").exists(), result.stdout[-3000:]
 
 
 def test_overrides_in_another_order_do_not_write_into_the_folder_they_name(tmp_path):

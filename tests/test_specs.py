@@ -100,6 +100,16 @@ def test_training_specs_carry_the_policy():
     assert calibration.seed == 2 and calibration.budget_grid == [2, 4, 8, 16, 32]
 
 
+def test_the_calibration_spec_holds_no_setting_of_the_optimizer_steps():
+    # The calibration samples and never trains: editing the learning rate or the number of steps must not rerun it.
+    calibration = calibration_spec(CONFIG, "2-4-8-16-32", 0, "model", "splits")
+    assert {"learning_rate", "max_steps"} <= set(CONFIG["training"])
+    assert not {"learning_rate", "max_steps", "beta", "loss_type"} & set(calibration.trainer)
+    assert calibration.trainer["temperature"] == CONFIG["training"]["temperature"]
+    edited = {**CONFIG, "training": {**CONFIG["training"], "learning_rate": 5.0e-5, "max_steps": 7}}
+    assert calibration_spec(edited, "2-4-8-16-32", 0, "model", "splits") == calibration
+
+
 def test_evaluation_specs_sample_as_training_unless_told_otherwise():
     run = evaluation_spec(CONFIG, "grpo_s2_G32", "model", "splits")
     assert run.seed == 2 and run.evaluation["budget_grid"] == CONFIG["cgrpo"]["budget_grids"][0]

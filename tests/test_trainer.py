@@ -83,9 +83,10 @@ def test_agreeing_answers_stop_at_first_budget_and_padding_leaves_the_batch(tiny
     trainer = _trainer(tiny_model_dir, tmp_path, reward=reward)
     output = _score_batch(trainer, prompts=2)
     assert trainer.thresholds.qhat[2] <= 1.0
-    # Two prompts stop at k=2: four real rows survive; the 12 padded rows never reach the reward function.
+    # Two prompts stop at k=2: four real rows survive; the 12 padded rows never reach the reward function, which saw
+    # one empty completion first, the probe before the calibration.
     assert output["completion_ids"].size(0) == 4
-    assert seen_rows == [4]
+    assert seen_rows == [1, 4]
     assert output["num_items_in_batch"].item() == output["completion_mask"].sum().item()
     assert trainer._metrics["train"]["cgrpo/mean_k"] == [2.0]
     assert trainer._metrics["train"]["cgrpo/rollout_savings"] == [pytest.approx(0.75)]

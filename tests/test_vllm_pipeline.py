@@ -20,7 +20,7 @@ from snakemake.utils import update_config, validate
 
 from cgrpo.pipeline.configuration.checks import check_config
 from cgrpo.pipeline.configuration.run_specs import evaluation_spec, train_spec
-from cgrpo.pipeline.configuration.specs import calibration_spec, method_trainer
+from cgrpo.pipeline.configuration.specs import TRAINING_ONLY_OPTIONS, calibration_spec, method_trainer
 from cgrpo.pipeline.jobs import evaluation, vllm_backend
 from cgrpo.pipeline.jobs.sampling import generate_completions, generate_completions_vllm, sampling_options
 from cgrpo.pipeline.jobs.vllm_backend import (
@@ -80,10 +80,11 @@ def test_only_runs_training_with_vllm_carry_the_streaming_option_in_their_specs(
 def test_the_calibration_job_alone_samples_with_vllm_when_told():
     config = _planned(SMOKE)
     # Unset, the calibration samples as C-GRPO's training does, and its spec is what it was before the option.
-    assert calibration_spec(config, "2-4-8", 0, "m", "s").trainer == method_trainer(config, "cgrpo")
+    sampling = {k: v for k, v in method_trainer(config, "cgrpo").items() if k not in TRAINING_ONLY_OPTIONS}
+    assert calibration_spec(config, "2-4-8", 0, "m", "s").trainer == sampling
     config["cgrpo"]["calibration_backend"] = "vllm"
     trainer = calibration_spec(config, "2-4-8", 0, "m", "s").trainer
-    assert trainer == {**method_trainer(config, "cgrpo"), "use_vllm": True, "vllm_mode": "colocate", **CPU_OPTIONS}
+    assert trainer == {**sampling, "use_vllm": True, "vllm_mode": "colocate", **CPU_OPTIONS}
     assert uses_vllm({"trainer": trainer})
     assert not train_spec(config, "cgrpo_s0_g2-4-8_dauto_r1", "m", "s", "cal.json").trainer.get("use_vllm")
     # A vLLM option the config sets is kept over the CPU default.

@@ -105,10 +105,8 @@ def test_dry_run(tmp_path, config):
     calibration_seeds = seeds if settings["cgrpo"]["calibrate_per_seed"] else 1
     assert counts["calibrate"] == len(settings["cgrpo"]["budget_grids"]) * calibration_seeds
     assert ("checkpoint jobs" in result.stdout) == matched
-    # A dry run writes only what planning compares (cgrpo.pipeline.configuration.provenance): every job's spec, not the config.
-    folder = tmp_path / "results" / settings["experiment"]
-    written = {path.relative_to(folder).parts[0] for path in (tmp_path / "results").rglob("*") if path.is_file()}
-    assert written == {"specs"}
+    # A dry run only looks: no spec and no config record (cgrpo.pipeline.configuration.provenance).
+    assert not (tmp_path / "results").exists()
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda path: path.stem)
@@ -157,6 +155,28 @@ def test_profiles():
     assert "--gres" not in yaml.safe_dump(slurm) and "--gpus" not in yaml.safe_dump(slurm)
 
 
+@pytest.mark.parametrize("profile", ["slurm", "slurm-local"])
+def test_a_slurm_profile_without_its_plugin_says_which_extra_to_install(tmp_path, profile):
+    # The plugin is installed here: the profile's guard is pointed at one that is not, as a machine without the
+    # `slurm` extra sees it.
+    text = (REPO / "workflow" / "profiles" / profile / "config.yaml").read_text()
+    assert 'find_spec("snakemake_executor_plugin_slurm")' in text
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile" / "config.yaml").write_text(text.replace('plugin_slurm")', 'plugin_not_installed")'))
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path)]
+    result = subprocess.run(
+        [*command, "--workflow-profile", str(tmp_path / "profile"), "-n"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "is not installed: pip install -e '.[slurm]' (docs/clusters.md)." in result.stdout, result.stdout[-3000:]
+    assert "usage:" not in result.stdout and len(result.stdout.splitlines()) <= 3
+
+
 def test_the_local_profile_logs_no_empty_shell_command(tmp_path):
     # Every rule runs a script; with printshellcmds Snakemake would log "Shell command: None" for each of its jobs.
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path)]
@@ -184,7 +204,7 @@ def test_the_local_profile_logs_no_empty_shell_command(tmp_path):
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("trainig", {"max_steps": 3}, "'trainig' was unexpected"),
+        ("trainig", {"max_steps": 3}, "config key trainig is not a key of the config; did you mean training?"),
         ("cgrpo.budget_grids", [[2, 8, 4]], "cgrpo.budget_grids[0]"),
         # smoke.yaml calibrates on 8 examples: 1/(8+1) = 0.111 is the smallest delta they certify.
         ("evaluation.deltas", [0.05], "evaluation.deltas has 0.05, below 1/(n+1) = 0.1111"),
@@ -204,6 +224,45 @@ def test_bad_config_is_rejected_naming_the_key(tmp_path, key, value, message):
     result = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(path))
     assert result.returncode != 0
     assert message in result.stdout, result.stdout
+
+
+# Each broken config a new user met (issue #48), as YAML over the smoke config, and the hint its sentence must give.
+BROKEN_CONFIGS = {
+    "misspelt section": (
+        "trainig:\n  max_steps: 3\n",
+        "config key trainig is not a key of the config; did you mean training?",
+    ),
+    "the library's name": ("cgrpo:\n  budget_grid: [2, 4, 8]\n", "budget_grid is the pipeline's cgrpo.budget_grids"),
+    "misspelt option": ("cgrpo:\n  options:\n    delta_margn: 0.2\n", "did you mean cgrpo.options.delta_margin?"),
+    "negative delta": ("cgrpo:\n  deltas: [-0.1]\n", "is -0.1, but it must be a number in (0, 1) or auto."),
+    "flat grid": ("cgrpo:\n  budget_grids: [2, 4, 8]\n", "(a list of lists: write [[2, 4, 8]] for one)"),
+    "string number": (
+        "training:\n  learning_rate: 1e-5\n",
+        "YAML reads 1e-5, without a dot, as a string: write 1.0e-5",
+    ),
+    "nothing to replay": ("replay:\n  models: []\n", "config key replay.models is [], but it must list at least 1"),
+}
+
+
+@pytest.mark.parametrize(("broken", "hint"), BROKEN_CONFIGS.values(), ids=BROKEN_CONFIGS.keys())
+def test_a_broken_config_is_one_sentence_with_its_fix(tmp_path, broken, hint):
+    path = tmp_path / "broken.yaml"
+    path.write_text(broken)
+    result = snakemake(tmp_path, "-n", "--cores", "1", "--configfile", str(REPO / "config" / "smoke.yaml"), str(path))
+    assert result.returncode != 0
+    assert hint in result.stdout, result.stdout[-3000:]
+    # The sentence and Snakemake's few lines around it (which file, which line), not a dump of the schema.
+    assert len(result.stdout.splitlines()) <= 6, result.stdout[-3000:]
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("resources", [("--cores", "0"), ("--cores", "1", "--jobs", "0")])
+def test_impossible_resources_are_refused_at_once(tmp_path, resources):
+    # Not a dry run: a run with no core to give a job waited forever at "Select jobs to execute...".
+    result = snakemake(tmp_path, *resources, "--configfile", str(REPO / "config" / "smoke.yaml"), timeout=60)
+    assert result.returncode != 0
+    assert f"{resources[-2]} 0 leaves no room for any job" in result.stdout, result.stdout[-3000:]
+    assert not (tmp_path / "results").exists()
 
 
 def test_defaults_fill_a_minimal_config(tmp_path):

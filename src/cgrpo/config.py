@@ -11,6 +11,7 @@ from .conformal import DELTA_MARGIN
 from .dapo.config import validate_dynamic_sampling
 from .stopping import get_rule, rule_names
 from .support.config_checks import check_whole_groups, refuse_ignore_data_skip
+from .support.renames import quiet_trl_renames
 from .support.user_code import VERIFIER_TIMEOUT_S
 
 # Loss types TRL normalises by tokens: masked filler rows leave them exact as they are. The others (grpo, sapo,
@@ -326,7 +327,8 @@ class CGRPOConfig(GRPOConfig):
                 self._check_trl_schedule_holds_whole_groups()
             else:
                 self.steps_per_generation = self._steps_per_generation_for(self.min_generation_prompts)
-        super().__post_init__()
+        with quiet_trl_renames():
+            super().__post_init__()
         refuse_ignore_data_skip(self, "C-GRPO's saved state (thresholds, calibration, totals, random streams)")
         if self.steps_per_generation % self.gradient_accumulation_steps:
             raise ValueError(

@@ -36,6 +36,7 @@ from .trainer_checks import (
     calibration_examples,
     check_initial_thresholds,
     check_scoring,
+    probe_reward_funcs,
     reward_funcs_list,
 )
 from .trainer_state import CGRPOState
@@ -180,6 +181,7 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
         # Answer extractions made by this process, and whether the first generation batch's have been checked.
         self._extractions = 0
         self._first_batch_checked = False
+        self._rewards_probed = False
         self._initial_calibration_rollouts = initial_calibration_rollouts
         self._pad_mask: list[bool] | None = None
         self._batch_examples: list[dict[str, Any]] = []
@@ -235,6 +237,9 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)
         if self._calibration_due():
+            if not self._rewards_probed:
+                probe_reward_funcs(self.reward_funcs, self.reward_func_names, inputs[0], self.state)
+                self._rewards_probed = True
             start = self._extraction_counts()
             self.calibrate()
             self._check_extractions_since(start, f"the calibration at step {self.state.global_step}")

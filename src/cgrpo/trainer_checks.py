@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import math
+from typing import Any
 
 from datasets import Dataset
+from torch import nn
 
 from .calibration import Thresholds, unanimous_solve_counts
 from .config import CGRPOConfig
 from .conformal import smallest_supported_delta
+from .support.messages import quoted
 from .support.user_code import normalise_answer
 
 logger = logging.getLogger(__name__)
@@ -23,6 +27,31 @@ def reward_funcs_list(reward_funcs) -> list:
     if reward_funcs is None:
         raise ValueError("CGRPOTrainer needs reward_funcs: pass at least one reward function or reward model.")
     return list(reward_funcs) if isinstance(reward_funcs, (list, tuple)) else [reward_funcs]
+
+
+def probe_reward_funcs(reward_funcs: list, names: list[str], example: dict[str, Any], state: Any) -> None:
+    """Call every reward function (reward models aside) once, on `example`'s prompt with an empty completion, which a
+    policy can generate: one that raises then stops the run with its name before the first calibration spends its
+    rollouts, not after. The call gets the keyword arguments TRL passes, its logging hooks as no-ops."""
+    prompt = example["prompt"]
+    completion = "" if isinstance(prompt, str) else [{"role": "assistant", "content": ""}]
+    columns = {key: [value] for key, value in example.items() if key not in ("prompt", "completion", "completion_ids")}
+    hooks = {"trainer_state": state, "log_extra": _ignore, "log_metric": _ignore}
+    for func, name in zip(reward_funcs, names):
+        if isinstance(func, nn.Module) or inspect.iscoroutinefunction(func):
+            continue
+        try:
+            func(prompts=[prompt], completions=[completion], completion_ids=[[]], **columns, **hooks)
+        except Exception as error:
+            raise ValueError(
+                f"reward function {name} raised {type(error).__name__} ({error}) on an empty completion of the first "
+                "training prompt, checked before any rollout is drawn; make it return a number (or None) for any "
+                "completion."
+            ) from error
+
+
+def _ignore(*args, **kwargs) -> None:
+    return None
 
 
 def check_initial_thresholds(thresholds: Thresholds | None, args: CGRPOConfig) -> None:
@@ -85,7 +114,7 @@ def check_held_out(rows: list[dict], train_dataset: Dataset | None) -> None:
     if shared:
         raise ValueError(
             f"calibration_dataset shares {len(shared)} of its {len(rows)} prompts with train_dataset (the first: "
-            f"{shared[0]!r:.80}); calibrate on held-out prompts the policy never trains on, or the thresholds lose "
+            f"{quoted(shared[0])}); calibrate on held-out prompts the policy never trains on, or the thresholds lose "
             "their coverage guarantee."
         )
 
@@ -133,7 +162,8 @@ def _warn_if_thresholds_stay_at_one(args: CGRPOConfig, n: int) -> None:
 
 
 def _majority_stuck(n: int, margin: float) -> list[int]:
-    return [solved for solved in unanimous_solve_counts(n, margin) if solved > n / 2]
+    # Half counts: two examples of which the policy solves one leave every threshold at 1 as surely as eight do.
+    return [solved for solved in unanimous_solve_counts(n, margin) if solved >= n / 2]
 
 
 def _check_delta_supported(args: CGRPOConfig, n: int) -> None:

@@ -8,28 +8,35 @@ from snakemake.utils import validate
 from cgrpo.pipeline.configuration import methods, provenance, run_specs, specs
 from cgrpo.pipeline.configuration.checks import ConfigError, check_config
 from cgrpo.pipeline.configuration.plugins import import_plugins
+from cgrpo.pipeline.configuration.schema_errors import validate_config
 from cgrpo.pipeline.configuration.specs import format_delta, format_grid
 from cgrpo.pipeline.jobs.vllm_backend import check_vllm_installed
 
 ##### config validation #####
 
+# Absolute, for the onstart hook too, which runs where Snakemake no longer knows this file's folder.
+SCHEMA = workflow.source_path("../schemas/config.schema.yaml")
 
-validate(config, schema="../schemas/config.schema.yaml")
+
+def check_resources():
+    """Refuse resources no job can run with (Snakemake would wait for them forever), before anything is planned."""
+    given = workflow.resource_settings
+    for flag, value in (("--cores", given.cores), ("--jobs", given.nodes), ("--local-cores", given.local_cores)):
+        if value is not None and value < 1:
+            raise WorkflowError(
+                f"{flag} {value} leaves no room for any job, which Snakemake would wait for forever; give {flag} 1 "
+                "or more."
+            )
 
 
+check_resources()
 try:
-    # Plugins register stopping rules, which the config check and the run names must know.
+    validate_config(config, SCHEMA)
+    # Plugins register stopping rules and tasks, which the config check and the run names must know.
     import_plugins(config["plugins"])
     check_config(config)
 except (ConfigError, ValueError) as error:
     raise WorkflowError(str(error)) from None
-
-
-onstart:
-    try:
-        check_vllm_installed(config)
-    except ValueError as error:
-        raise WorkflowError(str(error)) from None
 
 
 ##### one results folder, one config (cgrpo.pipeline.configuration.provenance) #####
@@ -38,19 +45,36 @@ onstart:
 def schema_defaults(record):
     """Give a recorded config the defaults of keys the schema gained since it was written."""
     try:
-        validate(record, schema="../schemas/config.schema.yaml")
+        validate(record, schema=SCHEMA)
     except WorkflowError:
         # A key the schema has dropped since fails validation; the comparison then shows it as a change.
         pass
 
 
-try:
-    # A dry run plans (and writes the specs it compares) but changes no result, so it does not take the folder over.
-    provenance.claim_experiment_folder(
-        f"results/{config['experiment']}", config, schema_defaults, record=not workflow.output_settings.dryrun
-    )
-except ConfigError as error:
-    raise WorkflowError(str(error)) from None
+def claim_results_folder(record):
+    """Check that results/<experiment>/ holds this config's results, and with `record` write that it does."""
+    try:
+        provenance.claim_experiment_folder(f"results/{config['experiment']}", config, schema_defaults, record)
+    except ConfigError as error:
+        raise WorkflowError(str(error)) from None
+
+
+def executing():
+    """Whether this call runs jobs (a run, --touch), not only looks at the plan (-n, --dag, --rulegraph, --summary,
+    --report, --lint, --list-rules), which must leave results/ as it found it."""
+    return workflow.executor_plugin is not None and not workflow.dryrun
+
+
+# Every call refuses another config's folder before planning; only a run, about to start its jobs, claims it.
+claim_results_folder(record=False)
+
+
+onstart:
+    try:
+        check_vllm_installed(config)
+    except ValueError as error:
+        raise WorkflowError(str(error)) from None
+    claim_results_folder(record=True)
 
 
 ##### wildcards and run names #####
@@ -203,11 +227,12 @@ def final_outputs():
 def spec_file(pattern, spec):
     """Input function: the job's spec file (`pattern` with the job's wildcards), holding `spec(wildcards)`.
 
-    It is rewritten only when the spec changes, so that a changed setting reruns the jobs whose spec holds it.
+    A run rewrites it only when the spec changes, so that a changed setting reruns the jobs whose spec holds it; a
+    command that only looks writes nothing under results/ (`cgrpo.pipeline.configuration.provenance.planned_spec`).
     """
 
     def path(wildcards):
-        return provenance.write_spec(pattern.format(**dict(wildcards.items())), spec(wildcards))
+        return provenance.planned_spec(pattern.format(**dict(wildcards.items())), spec(wildcards), executing())
 
     return path
 
@@ -379,11 +404,6 @@ def statistics_spec(wildcards):
 def in_report(shown, path, **kwargs):
     """`path` as a report entry when `shown`, a plain output otherwise: a plot or table of one point says nothing."""
     return report(path, **kwargs) if shown else path
-
-
-def several_calibrations():
-    """Whether C-GRPO's runs calibrate more than once, so that the thresholds plot has more than one point."""
-    return any(every > 0 for every in config["cgrpo"]["recalibrate_every"])
 
 
 def several_deltas():

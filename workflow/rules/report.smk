@@ -120,8 +120,7 @@ rule plots:
             category="Plots",
             labels={"figure": "training curves"},
         ),
-        thresholds=in_report(
-            several_calibrations(),
+        thresholds=report(
             "results/{exp}/plots/thresholds.png",
             caption="../report/thresholds.rst",
             category="Plots",

@@ -1,9 +1,12 @@
 """Build the comparison tables from every run, eval and compute-matching record (rule aggregate)."""
 
 from cgrpo.pipeline.analysis.reporting import build_tables, write_table
+from cgrpo.pipeline.configuration.plugins import import_plugins
 from cgrpo.pipeline.logs import log_to_file
 
 log_to_file(snakemake.log[0])
+# Each job is a fresh process: the tasks and stopping rules the config's plugins register must be imported again.
+import_plugins(snakemake.config["plugins"])
 
 tables = build_tables(
     runs=[*snakemake.input.runs, *snakemake.input.matched_runs],

@@ -3,12 +3,15 @@
 from pathlib import Path
 
 from cgrpo.pipeline.configuration.checks import needed_splits
+from cgrpo.pipeline.configuration.plugins import import_plugins
 from cgrpo.pipeline.logs import log_to_file
 from cgrpo.pipeline.tasks import get_task
 from cgrpo.pipeline.tasks.files import hub_offline
 from cgrpo.pipeline.tasks.splits import make_splits
 
 log_to_file(snakemake.log[0])
+# Each job is a fresh process: the tasks and stopping rules the config's plugins register must be imported again.
+import_plugins(snakemake.config["plugins"])
 
 params = snakemake.params.split
 task = get_task(params["task"]["name"], **params["task"]["options"])

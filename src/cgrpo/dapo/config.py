@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from ..support.config_checks import check_whole_groups, refuse_ignore_data_skip
+from ..support.renames import quiet_trl_renames
 
 # The DAPO recipe samples gen_batch_size = 3 x train_batch_size prompts per round.
 DAPO_ROUNDS_OF_PROMPTS = 3
@@ -75,7 +76,8 @@ class DynamicSamplingConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        super().__post_init__()
+        with quiet_trl_renames():
+            super().__post_init__()
         refuse_ignore_data_skip(self, "dynamic sampling's saved state (refill stream position, totals)")
         validate_dynamic_sampling(self, DAPO_ROUNDS_OF_PROMPTS)
 

@@ -7,11 +7,7 @@ import os
 import sys
 import warnings
 
-# transformers 5 renamed gradient checkpointing to activation checkpointing and warns about the old names, which TRL
-# still uses: its configs default to `gradient_checkpointing=True`, and its generation context calls
-# `is_gradient_checkpointing`, `gradient_checkpointing_disable` and `gradient_checkpointing_enable`. No job passes
-# either name, so the four warnings at the top of every log would say nothing about the job.
-TRL_RENAME_WARNING = r"`(is_)?gradient_checkpointing\w*` is deprecated"
+from ..support.renames import TRL_RENAME_WARNING
 
 
 def log_to_file(path: str, threads: int | None = None) -> None:

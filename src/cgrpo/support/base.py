@@ -12,6 +12,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from .learning_signal import equal_group_scales, record_learning_signal
 from .model_card import rewrite_card
+from .renames import quiet_trl_renames
 from .vllm_colocate import use_reloading_weight_sync
 
 # Keys every trainer's `generation_totals` holds: rollouts and completion tokens generated in training (all
@@ -70,6 +71,11 @@ class SupportedGRPOTrainer(GRPOTrainer):
             raise NotImplementedError(f"{name} supports text-only models: {self.text_only_reason}.")
         # TRL's colocate weight sync fails on vLLM's packed CPU layers (see `cgrpo.support.vllm_colocate`).
         use_reloading_weight_sync(self)
+
+    # Why: TRL's own calls to gradient checkpointing's old names warn on every run (`cgrpo.support.renames`).
+    def train(self, *args, **kwargs):
+        with quiet_trl_renames():
+            return super().train(*args, **kwargs)
 
     # Why: TRL's card links a base model loaded from a local folder as "[None](https://huggingface.co/None)" and says
     # "trained with GRPO" for every subclass; the card names the folder, and the method with its settings.

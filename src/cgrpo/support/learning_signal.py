@@ -54,6 +54,24 @@ def equal_group_scales(completion_mask: torch.Tensor, group_ids: torch.Tensor, a
     return scales
 
 
+def _informative(advantages: torch.Tensor, group_ids: torch.Tensor, groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which groups' advantages differ, and which rows carry a non-zero advantage within such a group.
+
+    A group whose rewards all agree is not exactly zero in float32 (eight rewards of 0.2 less their mean leave
+    -1.5e-8, and TRL's division by the std plus 1e-4 makes that -1.5e-4), but every row of it carries the same value:
+    the group's spread is what tells. A row whose advantage is below a millionth of its group's spread counts as zero.
+    """
+    real = group_ids >= 0
+    ids, values = group_ids[real], advantages[real]
+    empty = torch.full((groups,), float("nan"), dtype=values.dtype, device=values.device)
+    high = empty.scatter_reduce(0, ids, values, reduce="amax", include_self=False)
+    low = empty.scatter_reduce(0, ids, values, reduce="amin", include_self=False)
+    spread = torch.nan_to_num(high - low, nan=0.0)
+    moving = torch.zeros_like(real)
+    moving[real] = (spread[ids] > 0) & (values.abs() > 1e-6 * spread[ids])
+    return spread > 0, moving
+
+
 def record_learning_signal(
     trainer, output: dict[str, Any], group_ids: torch.Tensor, rollouts: float, scales: torch.Tensor | None = None
 ) -> None:
@@ -66,9 +84,7 @@ def record_learning_signal(
     advantages, mask = output["advantages"], output["completion_mask"]
     groups = int(group_ids.max().item()) + 1 if (group_ids >= 0).any() else 0
     real = group_ids >= 0
-    moving = real & (advantages.abs() > 0)
-    informative = torch.zeros(groups, dtype=torch.bool, device=advantages.device)
-    informative[group_ids[moving]] = True
+    informative, moving = _informative(advantages.detach().double(), group_ids, groups)
     # A group's weight: its tokens, each scaled by the factor its row's advantage carries relative to TRL's.
     weighted = mask.sum(dim=1).to(torch.float64) * (1.0 if scales is None else scales.double())
     weight = torch.zeros(groups, dtype=torch.float64, device=advantages.device).index_add_(

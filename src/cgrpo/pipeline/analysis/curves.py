@@ -99,12 +99,8 @@ def _on_grid(points: list[dict], grid: np.ndarray) -> tuple[np.ndarray, np.ndarr
     x = np.array([p["rollouts"] for p in points], dtype=float)
     accuracy = np.array([p["per_prompt"] for p in points], dtype=float)
     cpu = np.array([p["cpu_s"] for p in points], dtype=float)
-    index = np.clip(np.searchsorted(x, grid, side="right") - 1, 0, len(x) - 1)
-    following = np.minimum(index + 1, len(x) - 1)
-    span = x[following] - x[index]
-    weight = np.where(span > 0, np.clip((grid - x[index]) / np.where(span > 0, span, 1.0), 0.0, 1.0), 0.0)
-    on_grid = accuracy[index] * (1 - weight)[:, None] + accuracy[following] * weight[:, None]
-    # Before its start a run has trained nothing and spent its calibration, or nothing: the start's values hold.
+    # np.interp holds the end values outside the points: before its start a run has trained nothing.
+    on_grid = np.stack([np.interp(grid, x, accuracy[:, prompt]) for prompt in range(accuracy.shape[1])], axis=1)
     return on_grid, np.interp(grid, x, cpu)
 
 

@@ -1,12 +1,15 @@
 """Figures of a C-GRPO vs fixed-group GRPO experiment, drawn from the tables of :mod:`cgrpo.pipeline.analysis.reporting`.
 
-Each function takes its tables and writes one PNG; :func:`plot_all` draws the report figures.
-Colours follow the method and setting, so a setting has the same colour in every figure.
+Each function takes its tables and writes one PNG; :func:`plot_all` draws the report figures. Every colour and marker
+comes from :mod:`cgrpo.pipeline.analysis.styles`: a method (or stopping rule) looks the same in every figure, its
+settings in shades of its colour. A figure whose lines would join a single point shows that point as a table row
+instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import textwrap
+from collections.abc import Mapping
 from pathlib import Path
 
 import matplotlib
@@ -14,10 +17,12 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from ..configuration.methods import METHODS, method_label  # noqa: E402
+from ..configuration.methods import method_label  # noqa: E402
+from . import styles  # noqa: E402
 from .comparison import CI_HIGH, CI_LOW  # noqa: E402
 from .frontier import COSTS, POINT_METRICS  # noqa: E402
 
@@ -27,6 +32,7 @@ __all__ = [
     "plot_delta_sweep",
     "plot_frontier",
     "plot_pareto",
+    "plot_replay",
     "plot_thresholds",
     "plot_training_curves",
 ]
@@ -40,16 +46,25 @@ def _labels(table: pd.DataFrame) -> pd.Series:
     return names.where(table["method"] != "base", "base model")
 
 
+def _setting_colors(table: pd.DataFrame) -> dict[tuple[str, str], str]:
+    """The colour of each (method, setting) in `table`: its method's, one shade per setting in sorted order, so that
+    a setting has the same shade in every figure."""
+    colors = {}
+    for method, rows in table.groupby("method", sort=False):
+        settings = sorted(set(rows["setting"].astype(str)))
+        family = styles.shades(styles.style(method).color, len(settings))
+        colors.update({(method, setting): color for setting, color in zip(settings, family)})
+    return colors
+
+
+def _row_color(colors: Mapping[tuple[str, str], str], rows: pd.DataFrame) -> str:
+    return colors[(rows["method"].iloc[0], str(rows["setting"].iloc[0]))]
+
+
 def _log2_axis(axis) -> None:
     # Budgets are powers of two; plain numbers read better than 2^n ticks.
     axis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
     axis.set_minor_formatter(ticker.NullFormatter())
-
-
-def _colors(labels: Sequence[str]) -> dict[str, tuple]:
-    # C-GRPO settings come first in sorted order ("C-" < "G"), so they keep the first colours.
-    cmap = plt.get_cmap("tab10")
-    return {label: cmap(i % cmap.N) for i, label in enumerate(sorted(set(labels)))}
 
 
 def _save(fig: plt.Figure, path: str | Path) -> None:
@@ -66,6 +81,29 @@ def _empty(path: str | Path, title: str, message: str) -> None:
     _save(fig, path)
 
 
+def _table_figure(path: str | Path, title: str, columns: list[str], rows: list[list[str]], note: str) -> None:
+    """A figure that is a table: where a plot would draw lines through one point, the point's values as a row."""
+    fig, ax = plt.subplots(figsize=(min(3 + 2.2 * len(columns), 16), 1.4 + 0.35 * len(rows)))
+    ax.set_axis_off()
+    labels = [textwrap.fill(column, 22) for column in columns]
+    table = ax.table(cellText=rows, colLabels=labels, loc="center", cellLoc="center")
+    table.auto_set_font_size(False)
+    table.set_fontsize(8)
+    table.scale(1, 1.8)
+    ax.set_title(title, fontsize=10)
+    fig.text(0.5, 0.02, note, ha="center", fontsize=8, style="italic")
+    _save(fig, path)
+
+
+def _interval_text(row: pd.Series, column: str) -> str:
+    low, high = row.get(f"{column} {CI_LOW}"), row.get(f"{column} {CI_HIGH}")
+    if pd.isna(row[column]):
+        return ""
+    if low is None or pd.isna(low):
+        return f"{row[column]:.3f}"
+    return f"{row[column]:.3f} [{low:.3f}, {high:.3f}]"
+
+
 # by_method column of each accuracy the Pareto plot shows, and its summary column.
 PARETO_ACCURACIES = {"sampled accuracy (mean@k)": "eval_mean_at_k", "greedy accuracy": "eval_greedy_acc"}
 
@@ -76,6 +114,10 @@ def _errors(table: pd.DataFrame, column: str) -> list[pd.Series]:
         (table[column] - table[f"{column} {CI_LOW}"]).fillna(0),
         (table[f"{column} {CI_HIGH}"] - table[column]).fillna(0),
     ]
+
+
+def _base_line(ax, value: float) -> None:
+    ax.axhline(value, color=styles.BASE, linestyle="--", linewidth=1.2, label="base model")
 
 
 def plot_pareto(summary: pd.DataFrame, by_method: pd.DataFrame, path: str | Path) -> None:
@@ -90,7 +132,7 @@ def plot_pareto(summary: pd.DataFrame, by_method: pd.DataFrame, path: str | Path
         _empty(path, "Accuracy vs rollouts", "no trained runs")
         return
     trained["label"] = _labels(trained)
-    colors = _colors(trained["label"])
+    colors = _setting_colors(trained)
     intervals = by_method.set_index(["method", "setting"])
     base = summary[summary["method"] == "base"]
     fig, axes = plt.subplots(2, 2, figsize=(12, 8.5), sharex="col")
@@ -103,23 +145,23 @@ def plot_pareto(summary: pd.DataFrame, by_method: pd.DataFrame, path: str | Path
         for ax, (column, _) in zip(row, panels):
             for label, group in trained.groupby("label", sort=True):
                 method, setting = group["method"].iloc[0], group["setting"].iloc[0]
-                marker = METHODS[method].marker
-                ax.scatter(group[column], group[accuracy], color=colors[label], alpha=0.45, s=25, marker=marker)
+                color, marker = _row_color(colors, group), styles.style(method).marker
+                ax.scatter(group[column], group[accuracy], color=color, alpha=0.45, s=25, marker=marker)
                 mean = intervals.loc[[(method, setting)]]
                 ax.errorbar(
                     group[column].mean(),
                     mean[name],
                     yerr=_errors(mean, name),
-                    color=colors[label],
+                    color=color,
                     marker=marker,
                     markersize=11,
-                    markeredgecolor="black",
+                    markeredgecolor=styles.REFERENCE,
                     capsize=3,
                     label=label,
                     zorder=3,
                 )
             if not base.empty:
-                ax.axhline(base[accuracy].iloc[0], color="grey", linestyle="--", linewidth=1.2, label="base model")
+                _base_line(ax, base[accuracy].iloc[0])
             ax.set_ylabel(f"eval {name}")
             ax.grid(True, alpha=0.3)
         for ax, (_, xlabel) in zip(axes[-1], panels):
@@ -140,25 +182,25 @@ def plot_frontier(frontier: pd.DataFrame, summary: pd.DataFrame, path: str | Pat
         _empty(path, "Training frontier", "no trained runs")
         return
     accuracy = POINT_METRICS["eval_mean_at_k"]
-    colors = _colors(list(frontier["label"]))
     base = summary.loc[summary["method"] == "base", "eval_mean_at_k"]
     fig, axes = plt.subplots(1, len(COSTS), figsize=(6 * len(COSTS), 4.8), sharey=True)
     for ax, cost in zip(axes, COSTS.values()):
         for (method, label), part in frontier.groupby(["method", "label"], sort=False):
             part = part.sort_values(cost)
+            look = styles.style(method)
             ax.errorbar(
                 part[cost],
                 part[accuracy],
                 xerr=_errors(part, cost),
                 yerr=_errors(part, accuracy),
                 label=label,
-                color=colors[label],
-                marker=METHODS[method].marker,
+                color=look.color,
+                marker=look.marker,
                 markersize=6,
                 capsize=2,
             )
         if not base.empty:
-            ax.axhline(base.iloc[0], color="grey", linestyle="--", linewidth=1.2, label="base model")
+            _base_line(ax, base.iloc[0])
         ax.set_xscale("log", base=2)
         _log2_axis(ax.xaxis)
         ax.set_xlabel(cost)
@@ -169,123 +211,156 @@ def plot_frontier(frontier: pd.DataFrame, summary: pd.DataFrame, path: str | Pat
     _save(fig, path)
 
 
+# What each training-curve panel shows; the reward's label says what it averages, which differs between methods.
+CURVE_PANELS = {
+    "reward": "reward (mean over the\nstep's completions)",
+    "mean_k": "mean group size k",
+    "rollout_savings": "rollout savings",
+}
+
+
 def plot_training_curves(steps: pd.DataFrame, path: str | Path) -> None:
     """Reward, group size k and rollout savings over training steps, per method and setting.
 
-    Lines are the mean across seeds, shaded between the lowest and highest seed.
+    Lines are the mean across seeds, shaded between the lowest and highest seed. The reward is TRL's mean over a
+    step's completions: a method that draws more completions for hard prompts (C-GRPO, whose hard prompts stop late)
+    weighs them more than fixed-group GRPO does, so its reward reads lower on the same prompts and policy. A setting
+    that saves nothing at any step (fixed-group GRPO) is named in the savings panel rather than drawn as lines on top
+    of one another at zero.
     """
     if steps.empty:
         _empty(path, "Training curves", "no training steps logged")
         return
     steps = steps.assign(label=_labels(steps))
-    colors = _colors(steps["label"])
-    panels = [("reward", "reward"), ("mean_k", "mean group size k"), ("rollout_savings", "rollout savings")]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 7.5), sharex=True)
-    for ax, (column, title) in zip(axes, panels):
+    colors = _setting_colors(steps)
+    fig, axes = plt.subplots(len(CURVE_PANELS), 1, figsize=(7.5, 8), sharex=True, layout="constrained")
+    for ax, (column, title) in zip(axes, CURVE_PANELS.items()):
+        unsaved = []
         for label, group in steps.groupby("label", sort=True):
             # Generation metrics are logged at the first step of each generation batch only.
             per_step = group.groupby("step")[column].agg(["mean", "min", "max"]).dropna()
-            ax.plot(per_step.index, per_step["mean"], color=colors[label], label=label)
-            ax.fill_between(per_step.index, per_step["min"], per_step["max"], color=colors[label], alpha=0.15)
+            if column == "rollout_savings" and (per_step["max"] == 0).all():
+                unsaved.append(label)
+                continue
+            color = _row_color(colors, group)
+            ax.plot(
+                per_step.index,
+                per_step["mean"],
+                color=color,
+                marker=styles.style(group["method"].iloc[0]).marker,
+                markersize=4,
+                markevery=max(1, len(per_step) // 8),
+                label=label,
+            )
+            ax.fill_between(per_step.index, per_step["min"], per_step["max"], color=color, alpha=0.15)
+        if unsaved:
+            note = "\n".join(["saving nothing at any step:", *unsaved])
+            ax.text(1.02, 0.5, note, transform=ax.transAxes, fontsize=8, va="center")
         ax.set_ylabel(title)
         ax.grid(True, alpha=0.3)
     axes[1].set_yscale("log", base=2)
     _log2_axis(axes[1].yaxis)
     axes[-1].xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
     axes[-1].set_xlabel("training step")
-    axes[0].set_title("Training curves (mean across seeds, band: min-max)")
-    axes[0].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.suptitle(
+        "Training curves (mean across seeds, band: min-max). The reward averages a step's completions, and C-GRPO\n"
+        "draws more of them for hard prompts: its reward weighs hard prompts more than GRPO's on the same prompts.",
+        fontsize=9,
+    )
+    axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _save(fig, path)
 
 
 def plot_thresholds(calibrations: pd.DataFrame, path: str | Path) -> None:
-    """The conformal thresholds qhat_k at every calibration of the C-GRPO runs, one panel per setting.
-
-    One colour per budget k; the line is the mean across seeds and the dots are the seeds.
-    """
+    """The conformal thresholds qhat_k against the budget k, one line per calibration (later ones darker), one panel
+    per C-GRPO setting; the line is the mean across seeds and the dots are the seeds."""
     if calibrations.empty:
         _empty(path, "Conformal thresholds", "no C-GRPO calibrations")
         return
-    settings = list(dict.fromkeys(calibrations["setting"]))
+    settings = sorted(set(calibrations["setting"]))
     fig, axes = plt.subplots(len(settings), 1, figsize=(7, 3.2 * len(settings)), squeeze=False, sharex=True)
-    budgets = sorted(calibrations["k"].unique())
-    cmap = plt.get_cmap("viridis")
-    colors = {k: cmap(i / max(1, len(budgets) - 1)) for i, k in enumerate(budgets)}
+    look = styles.style("cgrpo")
     for ax, setting in zip(axes[:, 0], settings):
         rows = calibrations[calibrations["setting"] == setting]
-        for k, group in rows.groupby("k"):
-            mean = group.groupby("step")["qhat"].mean()
-            ax.plot(mean.index, mean.values, color=colors[k], marker="o", label=f"k={k}")
-            ax.scatter(group["step"], group["qhat"], color=colors[k], s=10, alpha=0.5)
+        calibration_steps = sorted(rows["step"].unique())
+        # The first calibration in the method's colour, later ones darker.
+        family = styles.progression(look.color, len(calibration_steps))
+        for color, (step, group) in zip(family, rows.groupby("step")):
+            mean = group.groupby("k")["qhat"].mean()
+            ax.plot(mean.index, mean.values, color=color, marker=look.marker, label=f"calibration at step {step}")
+            ax.scatter(group["k"], group["qhat"], color=color, s=10, alpha=0.5)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(rows["k"].unique()))
+        _log2_axis(ax.xaxis)
         ax.set_title(f"C-GRPO {setting}", fontsize=10)
         ax.set_ylabel("threshold qhat_k")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    axes[-1, 0].xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
-    axes[-1, 0].set_xlabel("training step of the calibration")
+    axes[-1, 0].set_xlabel("budget k")
     _save(fig, path)
 
 
-def plot_coverage(coverage: pd.DataFrame, path: str | Path) -> None:
-    """Empirical per-budget coverage against the nominal 1 - delta, one panel per delta mode.
+def _targets(ax, x: np.ndarray, rows: pd.DataFrame, half: float, labelled: bool) -> None:
+    """Each run's own target at its point: the nominal 1 - delta (a black dash) over the theorem's band (grey)."""
+    for position, (_, row) in zip(x, rows.iterrows()):
+        ax.fill_between(
+            [position - half, position + half],
+            row["band_low"],
+            row["band_high"],
+            color=styles.BAND,
+            alpha=0.6,
+            linewidth=0,
+            label="theoretical band (per run)" if labelled else None,
+        )
+        ax.hlines(
+            row["nominal"],
+            position - half,
+            position + half,
+            color=styles.REFERENCE,
+            linewidth=1.2,
+            label="nominal 1 - delta (per run)" if labelled else None,
+        )
+        labelled = False
 
-    Points are runs (offset by method and setting) with exact Clopper-Pearson 95% intervals; the
-    grey band is the split-conformal theorem's [1 - delta, 1 - delta + 1/(n_cal + 1)] (averaged
-    over runs when delta is chosen automatically, since each run then has its own delta).
+
+def plot_coverage(coverage: pd.DataFrame, path: str | Path) -> None:
+    """Empirical per-budget coverage against each run's own nominal 1 - delta and band, one panel per delta mode.
+
+    Points are runs, each at an offset of its own within its budget (grouped by method and setting), with exact
+    Clopper-Pearson 95% intervals; at each point a black dash is that run's nominal 1 - delta and the grey band the
+    split-conformal theorem's [1 - delta, 1 - delta + 1/(n_cal + 1)] for it: with the automatic delta every run has
+    its own.
     """
     if coverage.empty:
         _empty(path, "Coverage", "no coverage rows in the eval records")
         return
     coverage = coverage.assign(label=_labels(coverage))
-    colors = _colors(coverage["label"])
+    colors = _setting_colors(coverage)
     modes = sorted(coverage["delta_mode"].astype(str).unique(), key=lambda m: (m != "auto", m))
-    fig, axes = plt.subplots(1, len(modes), figsize=(4.5 * len(modes), 4), squeeze=False, sharey=True)
-    labels = sorted(colors)
-    width = 0.6 / max(1, len(labels))
+    fig, axes = plt.subplots(1, len(modes), figsize=(5.2 * len(modes), 4.2), squeeze=False, sharey=True)
+    runs = list(coverage.sort_values(["label", "run"])["run"].drop_duplicates())
+    width = 0.85 / len(runs)
+    offset = {run: (i - (len(runs) - 1) / 2) * width for i, run in enumerate(runs)}
     for ax, mode in zip(axes[0], modes):
         rows = coverage[coverage["delta_mode"].astype(str) == mode]
-        budgets = sorted(rows["k"].unique())
-        position = {k: i for i, k in enumerate(budgets)}
-        band = rows.groupby("k")[["nominal", "band_low", "band_high"]].mean()
-        half = 0.4
-        for k, (nominal, low, high) in band.iterrows():
-            x = position[k]
-            ax.fill_between(
-                [x - half, x + half],
-                low,
-                high,
-                color="grey",
-                alpha=0.3,
-                linewidth=0,
-                label="theoretical band" if x == 0 else None,
-            )
-            ax.hlines(
-                nominal,
-                x - half,
-                x + half,
-                color="black",
-                linestyle="--",
-                linewidth=1,
-                label="nominal 1 - delta" if x == 0 else None,
-            )
-        for i, label in enumerate(labels):
-            group = rows[rows["label"] == label]
-            if group.empty:
-                continue
-            xs = group["k"].map(position) + (i - (len(labels) - 1) / 2) * width
-            errors = [group["coverage"] - group["ci_low"], group["ci_high"] - group["coverage"]]
+        position = {k: i for i, k in enumerate(sorted(rows["k"].unique()))}
+        first = True
+        for label, group in rows.groupby("label", sort=True):
+            xs = (group["k"].map(position) + group["run"].map(offset)).to_numpy()
+            _targets(ax, xs, group, width * 0.45, first)
+            first = False
             ax.errorbar(
                 xs,
                 group["coverage"],
-                yerr=errors,
-                fmt="o",
-                markersize=3,
-                color=colors[label],
-                elinewidth=0.8,
-                alpha=0.8,
+                yerr=[group["coverage"] - group["ci_low"], group["ci_high"] - group["coverage"]],
+                fmt=styles.style(group["method"].iloc[0]).marker,
+                markersize=3.5,
+                color=_row_color(colors, group),
+                elinewidth=0.7,
                 label=label,
+                zorder=3,
             )
-        ax.set_xticks(range(len(budgets)), [str(k) for k in budgets])
+        ax.set_xticks(range(len(position)), [str(k) for k in position])
         ax.set_xlabel("budget k")
         ax.set_title(f"delta: {mode}")
         ax.grid(True, axis="y", alpha=0.3)
@@ -295,41 +370,88 @@ def plot_coverage(coverage: pd.DataFrame, path: str | Path) -> None:
     _save(fig, path)
 
 
-def _interval_points(ax, table: pd.DataFrame, column: str, label: str, color) -> None:
-    ax.errorbar(
-        table["delta"], table[column], yerr=_errors(table, column), fmt="o-", color=color, capsize=3, label=label
-    )
+# The delta sweep's panels: (title, y label, [(column, legend label, line style)]).
+SWEEP_PANELS = [
+    (
+        "savings vs GRPO at G = max(grid)",
+        [
+            ("rollout savings", "rollout savings", "-"),
+            ("rollout savings incl. calibration", "rollout savings incl. calibration", "--"),
+            ("time savings incl. calibration", "time savings incl. calibration", ":"),
+        ],
+    ),
+    ("eval greedy accuracy", [("greedy accuracy", "eval greedy accuracy", "-")]),
+    ("coverage", [("eval coverage at the run's delta", "eval coverage (post-selection)", "-")]),
+]
 
 
 def plot_delta_sweep(sweep: pd.DataFrame, path: str | Path) -> None:
     """C-GRPO's savings, accuracy and coverage against delta, one point per setting (mean and 95% interval).
 
-    The automatic delta sits at the mean delta its calibrations chose and is labelled "auto".
+    The automatic delta sits at the mean delta its calibrations chose and is labelled "auto". With a single delta
+    there is no line to draw: the figure is that setting's row of `tables/delta_sweep`.
     """
     if sweep.empty:
         _empty(path, "C-GRPO against delta", "no C-GRPO runs")
         return
-    cmap = plt.get_cmap("tab10")
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for i, name in enumerate(
-        ["rollout savings", "rollout savings incl. calibration", "time savings incl. calibration"]
-    ):
-        _interval_points(axes[0], sweep, name, name, cmap(i))
-    _interval_points(axes[1], sweep, "greedy accuracy", "eval greedy accuracy", cmap(3))
-    _interval_points(axes[2], sweep, "eval coverage at the run's delta", "eval coverage (post-selection)", cmap(4))
-    axes[2].plot(sweep["delta"], sweep["nominal coverage"], "k--", linewidth=1, label="nominal 1 - delta")
-    for ax, ylabel in zip(axes, ["savings vs GRPO at G = max(grid)", "eval greedy accuracy", "coverage"]):
+    if sweep["delta"].nunique() < 2:
+        _sweep_table(sweep, path)
+        return
+    look = styles.style("cgrpo")
+    sweep = sweep.sort_values("delta")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4), layout="constrained")
+    for ax, (ylabel, series) in zip(axes, SWEEP_PANELS):
+        for fill, (column, label, linestyle) in zip(("full", "none", "left"), series):
+            ax.errorbar(
+                sweep["delta"],
+                sweep[column],
+                yerr=_errors(sweep, column),
+                color=look.color,
+                marker=look.marker,
+                fillstyle=fill,
+                linestyle=linestyle,
+                capsize=3,
+                label=label,
+            )
+        ax.set_ylabel(ylabel)
+    axes[2].plot(
+        sweep["delta"],
+        sweep["nominal coverage"],
+        color=styles.REFERENCE,
+        linestyle="--",
+        linewidth=1,
+        label="nominal 1 - delta",
+    )
+    for ax in axes:
         for _, row in sweep[sweep["delta_mode"] == "auto"].iterrows():
-            ax.axvline(row["delta"], color="grey", linestyle=":", linewidth=1)
+            ax.axvline(row["delta"], color=styles.BASE, linestyle=":", linewidth=1)
             ax.annotate(
-                "auto", (row["delta"], 1), xycoords=("data", "axes fraction"), ha="center", va="bottom", fontsize=8
+                "auto", (row["delta"], 0.98), xycoords=("data", "axes fraction"), ha="left", va="top", fontsize=8
             )
         ax.set_xlabel("delta")
-        ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle("C-GRPO against its miscoverage level (mean and 95% interval across seeds)", y=1.04)
+        ax.legend(fontsize=8, loc="best")
+    fig.suptitle("C-GRPO against its miscoverage level (mean and 95% interval across seeds)")
     _save(fig, path)
+
+
+def _sweep_table(sweep: pd.DataFrame, path: str | Path) -> None:
+    columns = [column for _, series in SWEEP_PANELS for column, _, _ in series]
+    rows = [
+        [
+            f"{row['delta']:.3g} ({row['delta_mode']})",
+            *(_interval_text(row, column) for column in columns),
+            f"{row['nominal coverage']:.3f}",
+        ]
+        for _, row in sweep.iterrows()
+    ]
+    _table_figure(
+        path,
+        "C-GRPO at its one miscoverage level (mean [95% interval] across seeds)",
+        ["delta", *columns, "nominal 1 - delta"],
+        rows,
+        "One delta: nothing to draw against delta. cgrpo.deltas with several values draws the sweep.",
+    )
 
 
 def plot_all(tables: Mapping[str, pd.DataFrame], paths: Mapping[str, str | Path]) -> None:
@@ -347,15 +469,20 @@ def plot_all(tables: Mapping[str, pd.DataFrame], paths: Mapping[str, str | Path]
     plot_delta_sweep(tables["delta_sweep"], paths["delta_sweep"])
 
 
+# Points of rules at (nearly) the same cost are set this far apart, in log2 of the cost, so that none hides another.
+REPLAY_DODGE = 0.05
+
+
 def plot_replay(table: pd.DataFrame, path: str | Path) -> None:
     """The replay frontier: informative prompts kept and signal per rollout against rollouts, one line per rule.
 
-    One row of panels per replayed model; fixed group sizes are the dashed black reference line.
+    One row of panels per replayed model; fixed-group GRPO (rule `fixed`) is the dashed reference line in GRPO's
+    colour. Markers are hollow (a shape drawn over another leaves it visible) and each rule's points are set slightly apart along the cost axis (`REPLAY_DODGE`), so
+    that rules at the same cost and value stay visible.
     """
     models = list(dict.fromkeys(table["model"]))
     fig, axes = plt.subplots(len(models), 2, figsize=(11, 4.2 * len(models)), squeeze=False)
-    rules = [rule for rule in dict.fromkeys(table["rule"]) if rule != "fixed"]
-    colors = _colors(rules)
+    rules = list(dict.fromkeys(table["rule"]))
     for row, model in zip(axes, models):
         chosen = table[table["model"] == model]
         for ax, column, title in zip(
@@ -365,16 +492,19 @@ def plot_replay(table: pd.DataFrame, path: str | Path) -> None:
         ):
             for rule, part in chosen.groupby("rule", sort=False):
                 part = part.sort_values("rollouts_per_prompt")
-                reference = rule == "fixed"
+                look = styles.style(rule)
+                shift = 2 ** (REPLAY_DODGE * (rules.index(rule) - (len(rules) - 1) / 2))
                 ax.errorbar(
-                    part["rollouts_per_prompt"],
+                    part["rollouts_per_prompt"] * shift,
                     part[column],
                     yerr=[part[column] - part[f"{column}_low"], part[f"{column}_high"] - part[column]],
                     label=part["label"].iloc[0],
-                    color="black" if reference else colors[rule],
-                    linestyle="--" if reference else "-",
-                    marker="s" if reference else "o",
-                    markersize=4,
+                    color=look.color,
+                    linestyle="--" if rule == "fixed" else "-",
+                    marker=look.marker,
+                    markerfacecolor="none",
+                    markeredgewidth=1.3,
+                    markersize=6,
                     capsize=2,
                 )
             ax.set_xscale("log", base=2)

@@ -6,13 +6,15 @@ been validated against ``workflow/schemas/config.schema.yaml`` first (which fill
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
 from ...calibration import training_grid
 from ...conformal import smallest_supported_delta
 from ...stopping import get_rule, rule_names
-from ..tasks import check_task_score, get_task
+from ..tasks import TASKS, available_tasks, check_task_score, get_task
 from .methods import METHODS, static_runs
 from .options import BOOTSTRAP_SETTINGS, GRPO_CONFIG, LORA_CONFIG, check_options
 from .run_specs import train_spec
@@ -32,6 +34,7 @@ def check_config(config: Mapping[str, Any]) -> None:
     try:
         check_budget_grids(config)
         check_fixed_deltas(config)
+        check_calibration_size(config)
         check_task(config)
         check_model(config)
         check_trainer_sections(config)
@@ -82,9 +85,11 @@ def check_stopping_rules(config: Mapping[str, Any]) -> None:
     named += [("replay.options", rule) for rule in replay["options"]]
     for key, rule in named:
         if rule not in rule_names():
+            close = difflib.get_close_matches(rule, rule_names(), n=1)
+            fix = f"did you mean {close[0]!r}, or" if close else "fix the name or"
             raise ConfigError(
                 f"config key {key} names {rule!r}, which is no registered stopping rule ({', '.join(rule_names())}); "
-                "fix the name or list the module that registers it under plugins."
+                f"{fix} list the module that registers it under plugins."
             )
     if "conformal" in ablations["rules"]:
         raise ConfigError("config key cgrpo.ablations.rules lists conformal, which is C-GRPO itself; remove it.")
@@ -148,6 +153,20 @@ def check_fixed_deltas(config: Mapping[str, Any]) -> None:
                 )
 
 
+def check_calibration_size(config: Mapping[str, Any]) -> None:
+    """Reject calibration options that need more examples than the calibration split holds, which every calibration
+    job would refuse after the base model and the splits."""
+    size = config["splits"]["sizes"]["calibration"]
+    options = config["cgrpo"]["options"]
+    needed = (options["num_calibration_samples"] or 1) + options["calibration_holdout"]
+    if size is not None and needed > size:
+        raise ConfigError(
+            f"config keys cgrpo.options.num_calibration_samples ({options['num_calibration_samples']}) and "
+            f"cgrpo.options.calibration_holdout ({options['calibration_holdout']}) need {needed} calibration examples, "
+            f"but splits.sizes.calibration is {size}: lower them or raise splits.sizes.calibration."
+        )
+
+
 def needed_splits(eval_source_split: str | None) -> list[str]:
     """The task splits the split rule reads: train, and ``splits.eval_source_split`` when set."""
     return ["train"] + ([eval_source_split] if eval_source_split else [])
@@ -159,10 +178,18 @@ def check_task(config: Mapping[str, Any]) -> None:
     answers to compare with a gold answer, first_success and pass_rate a verifier) and a bootstrap on another task's
     data."""
     name = config["task"]["name"]
+    if name not in available_tasks():
+        try:
+            get_task(name)
+        except ValueError as error:
+            raise ConfigError(f"config key task.name: {error}") from None
+    options = config["task"]["options"]
     try:
-        task = get_task(name, **config["task"]["options"])
+        task = get_task(name, **options)
     except (TypeError, ValueError) as error:
-        raise ConfigError(f"config key task.options of task {name!r}: {error}") from None
+        raise ConfigError(
+            f"config key task.options of task {name!r}: {error}{_task_option_hint(name, options)}"
+        ) from None
     eval_source_split = config["splits"]["eval_source_split"]
     if task.source is not None:
         task.source.check(needed_splits(eval_source_split), offline=False)
@@ -192,6 +219,20 @@ def check_task(config: Mapping[str, Any]) -> None:
                 f"config key base_model.options.task is {bootstrap_task!r}, but task {name!r} needs a base model "
                 f"bootstrapped on {expected!r} data: set base_model.options.task to {expected!r}."
             )
+
+
+def _nearest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _task_option_hint(name: str, options: Mapping[str, Any]) -> str:
+    """The nearest keyword of the task's factory to an option it lacks, when its signature lists them all."""
+    parameters = inspect.signature(TASKS[name]).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return ""
+    unknown = [option for option in options if option not in parameters]
+    return _nearest(unknown[0], list(parameters)) if unknown else ""
 
 
 def check_model(config: Mapping[str, Any]) -> None:

@@ -79,7 +79,6 @@ class Method:
         trainer: the name of its builder in `cgrpo.pipeline.jobs.trainers`.
         setting: how a run record's setting reads, shared by all its seeds.
         calibrated: whether its runs start from the pipeline's initial calibration of their grid.
-        marker: its matplotlib marker in the plots.
     """
 
     name: str
@@ -92,7 +91,6 @@ class Method:
     trainer: str
     setting: Callable[[Mapping[str, Any]], str]
     calibrated: bool = False
-    marker: str = "o"
 
 
 # --------------------------------------------------------------------------- C-GRPO
@@ -324,10 +322,7 @@ def _ablation_setting(record: Mapping[str, Any]) -> str:
     return f"grid {record['budget_grid']}, stop at {rule}{value}" + _weighting_label(record)
 
 
-_MARKERS = "vDPXhp<>*"
-
-
-def _rule_method(rule: str, index: int) -> Method:
+def _rule_method(rule: str) -> Method:
     """The pipeline method of a registered stopping rule other than the conformal one: C-GRPO with that rule."""
     cls = get_rule(rule)
     setting = r"_t(?P<setting>[0-9.]+)" if cls.parameter else ""
@@ -341,7 +336,6 @@ def _rule_method(rule: str, index: int) -> Method:
         spec_fields=_ablation_spec(rule),
         trainer="ablation_trainer",
         setting=_ablation_setting,
-        marker=_MARKERS[index % len(_MARKERS)],
     )
 
 
@@ -366,7 +360,6 @@ METHODS: dict[str, Method] = {
             trainer="cgrpo_trainer",
             setting=_cgrpo_setting,
             calibrated=True,
-            marker="o",
         ),
         Method(
             name="grpo",
@@ -378,7 +371,6 @@ METHODS: dict[str, Method] = {
             spec_fields=_grpo_spec,
             trainer="grpo_trainer",
             setting=_grpo_setting,
-            marker="s",
         ),
         Method(
             name="dapo",
@@ -390,7 +382,6 @@ METHODS: dict[str, Method] = {
             spec_fields=_dapo_spec,
             trainer="dapo_trainer",
             setting=lambda record: f"G={record['num_generations']}, dynamic sampling",
-            marker="^",
         ),
     )
 }
@@ -402,8 +393,8 @@ def add_rule_methods() -> None:
     """Add a method for every registered stopping rule that has none yet (call it after importing plugins)."""
     global RUN_NAME_PATTERN
     rules = [rule for rule in rule_names() if rule != "conformal"]
-    for index, rule in enumerate(rules):
-        METHODS.setdefault(rule, _rule_method(rule, index))
+    for rule in rules:
+        METHODS.setdefault(rule, _rule_method(rule))
     _COMPILED.update({name: re.compile(method.pattern) for name, method in METHODS.items()})
     RUN_NAME_PATTERN = "base|" + run_pattern()
 

@@ -2,23 +2,29 @@
 
 Snakemake reruns a job when one of its inputs is newer than its outputs. Every job that reads settings from the config
 has its resolved spec in `results/<experiment>/specs/<step>/<job>.json`, an input of the job, which
-:func:`write_spec` writes while Snakemake plans the workflow, and only when the content changed: a changed setting
+:func:`planned_spec` writes while a run plans the workflow, and only when the content changed: a changed setting
 then reruns exactly the jobs whose spec holds it (and, through their outputs, what depends on them), and an unchanged
 config reruns nothing. Snakemake's own `params` trigger is not enough: it ignores params computed from a job's
-input, and it needs the records in `.snakemake/`, which a copied or cleaned tree lacks.
+input, and it needs the records in `.snakemake/`, which a copied or cleaned tree lacks. A command that only looks at
+the plan (a dry run, `--dag`, `--summary`, `--report`) writes nothing under `results/`: a spec that changed goes to a
+scratch copy outside it, which shows Snakemake the same newer input.
 
 `results/<experiment>/config.yaml` records the resolved config that the folder's results come from
-(:func:`claim_experiment_folder`): the first run of a folder writes it (a dry run writes nothing), and planning
-another config into the same folder stops, naming the keys that differ, unless `replace_results` is set. An override
-that leaves `experiment` alone, or config files given in another order, then cannot replace another experiment's
-results unasked.
+(:func:`claim_experiment_folder`): a run writes it before its first job (a command that only looks writes nothing),
+and planning another config into the same folder stops, naming the keys that differ, unless `replace_results` is set.
+An override that leaves `experiment` alone, or config files given in another order, then cannot replace another
+experiment's results unasked.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +39,7 @@ __all__ = [
     "claim_experiment_folder",
     "config_changes",
     "experiment_config",
+    "planned_spec",
     "write_spec",
 ]
 
@@ -79,6 +86,28 @@ def write_spec(path: str | Path, spec: Mapping[str, Any]) -> str:
     return str(path)
 
 
+@cache
+def _scratch() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="cgrpo-planned-specs-"))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def planned_spec(path: str | Path, spec: Mapping[str, Any], write: bool) -> str:
+    """The spec file a job's plan takes as its input: `path`, written as :func:`write_spec` does when `write` (a run).
+
+    A command that only looks at the plan (`write` False) must leave `results/` as it found it, yet show the jobs a
+    changed spec reruns: `path` when it holds `spec` already, else a scratch copy outside the working directory, whose
+    fresh modification time is what Snakemake compares with the job's outputs.
+    """
+    if write:
+        return write_spec(path, spec)
+    path = Path(path)
+    if path.is_file() and path.read_text() == _spec_text(spec):
+        return str(path)
+    return write_spec(_scratch() / path.as_posix().lstrip("/"), spec)
+
+
 def experiment_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """What defines an experiment's results: `config` without `replace_results`, which says only how to plan."""
     return {key: value for key, value in canonical(config).items() if key != REPLACE_KEY}
@@ -113,7 +142,8 @@ def claim_experiment_folder(
 
     `fill_defaults` gives the recorded config, in place, the defaults of keys the schema gained since it was written,
     so that they do not count as changes. With `replace_results` set, `config` takes the folder over: its record is
-    replaced, and the jobs whose specs changed rerun. `record=False` (a dry run, which changes no result) only checks.
+    replaced, and the jobs whose specs changed rerun. `record=False` (planning, and every command that only looks)
+    only checks; a run records when it starts its jobs.
     """
     folder = Path(folder)
     path = folder / RECORD

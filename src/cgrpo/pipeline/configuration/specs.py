@@ -340,11 +340,41 @@ def budget_max_steps(rollouts: int, trainer: Mapping[str, Any], width: int, smal
     return -(-rollouts // (prompts * smallest_group)) + span
 
 
+# GRPOConfig options that shape only the optimizer's steps (their size, number and loss) and what training saves or
+# logs. The calibration job builds a trainer to sample, never to train: its spec leaves them out, so that editing one
+# does not rerun the calibration.
+TRAINING_ONLY_OPTIONS = frozenset(
+    {
+        "adam_beta1",
+        "adam_beta2",
+        "adam_epsilon",
+        "beta",
+        "learning_rate",
+        "logging_steps",
+        "loss_type",
+        "lr_scheduler_kwargs",
+        "lr_scheduler_type",
+        "max_grad_norm",
+        "max_steps",
+        "num_train_epochs",
+        "optim",
+        "optim_args",
+        "report_to",
+        "save_steps",
+        "save_strategy",
+        "save_total_limit",
+        "warmup_ratio",
+        "warmup_steps",
+        "weight_decay",
+    }
+)
+
+
 def calibration_trainer_options(config: Mapping[str, Any]) -> dict[str, Any]:
-    """`GRPOConfig` options of the calibration job: C-GRPO's, with a colocated vLLM engine when
-    `cgrpo.calibration_backend` is vllm; where training runs on CPU, vLLM's CPU options fill the `vllm_*` keys the
-    config leaves unset (`vllm_max_model_length`: 256 tokens of prompt and completion, unless set)."""
-    trainer = method_trainer(config, "cgrpo")
+    """`GRPOConfig` options of the calibration job: C-GRPO's less :data:`TRAINING_ONLY_OPTIONS`, with a colocated
+    vLLM engine when `cgrpo.calibration_backend` is vllm; where training runs on CPU, vLLM's CPU options fill the
+    `vllm_*` keys the config leaves unset (`vllm_max_model_length`: 256 tokens of prompt and completion, unless set)."""
+    trainer = {key: value for key, value in method_trainer(config, "cgrpo").items() if key not in TRAINING_ONLY_OPTIONS}
     if config["cgrpo"].get("calibration_backend", "training") != "vllm":
         return trainer
     cpu = {key: value for key, value in CPU_OPTIONS.items() if key not in trainer} if trainer.get("use_cpu") else {}

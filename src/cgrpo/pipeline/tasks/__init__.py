@@ -1,7 +1,12 @@
-"""Tasks by name: ``get_task("gsm8k", source=..., answer_format="boxed", chat=True)``, ``get_task("code")``."""
+"""Tasks by name: ``get_task("gsm8k", source=..., answer_format="boxed", chat=True)``, ``get_task("code")``.
+
+A task of your own is a factory returning a :class:`Task`, registered with :func:`register_task` in a module the
+pipeline's config lists under ``plugins`` (docs/recipe-task.md).
+"""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 
 from .answers import ANSWER_FORMATS, extract_answer, is_well_formed, normalize_number, parse_gold
@@ -22,10 +27,28 @@ def available_tasks() -> list[str]:
     return sorted(TASKS)
 
 
+def register_task(name: str, factory: Callable[..., Task]) -> Callable[..., Task]:
+    """Make ``get_task(name, **options)`` build ``factory(**options)``; return ``factory``.
+
+    Raises ValueError for a name taken by another factory: a plug-in module imported twice registers the same one.
+    """
+    if not (isinstance(name, str) and name.isidentifier()):
+        raise ValueError(f"A task name is a Python identifier such as 'my_task', got {name!r}.")
+    if TASKS.get(name, factory) is not factory:
+        raise ValueError(f"A task named {name!r} is registered already; register yours under another name.")
+    TASKS[name] = factory
+    return factory
+
+
 def get_task(name: str, **options) -> Task:
     """The task registered as ``name``, built with ``options`` (see each task's factory)."""
     if name not in TASKS:
-        raise ValueError(f"Unknown task {name!r}; choose one of {', '.join(available_tasks())}.")
+        close = difflib.get_close_matches(name, available_tasks(), n=1)
+        hint = f"did you mean {close[0]!r}, or " if close else ""
+        raise ValueError(
+            f"Unknown task {name!r}; {hint}choose one of {', '.join(available_tasks())}, or register your own with "
+            "cgrpo.pipeline.tasks.register_task in a module listed under plugins (docs/recipe-task.md)."
+        )
     return TASKS[name](**options)
 
 
@@ -67,4 +90,5 @@ __all__ = [
     "is_well_formed",
     "normalize_number",
     "parse_gold",
+    "register_task",
 ]

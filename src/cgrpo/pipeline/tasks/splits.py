@@ -19,6 +19,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
+from ...support.messages import quoted
 from .answers import computation_signature
 
 MANIFEST = "manifest.json"
@@ -201,7 +202,7 @@ def _refuse_overlap(evals: dict[str, dict], pool: dict[str, dict]) -> None:
     if shared:
         raise SplitLeakError(
             f"{len(shared)} example(s) of the eval source split also occur in the training pool (e.g. "
-            f"{shared[0]['question'][:80]!r}); remove them from one of the files, or set splits.drop_overlap: true "
+            f"{quoted(shared[0]['question'])}); remove them from one of the files, or set splits.drop_overlap: true "
             "to leave them out of train and calibration."
         )
 
@@ -246,7 +247,7 @@ def _read_verified(manifest: Path, name: str) -> tuple[list[dict], list[str]]:
 
 
 def _describe(rows: list[dict], hashes: list[str], shared: set[str]) -> str:
-    shown = [f"{key[:12]} {row['question'][:40]!r}" for row, key in zip(rows, hashes) if key in shared]
+    shown = [f"{key[:12]} {quoted(row['question'], 40)}" for row, key in zip(rows, hashes) if key in shared]
     return "; ".join(shown[:_SHOWN_OVERLAPS]) + ("; ..." if len(shown) > _SHOWN_OVERLAPS else "")
 
 

@@ -1,0 +1,213 @@
+"""Short markdown digests of finished results folders, which the README and docs/results.md show
+(`scripts/generate_docs.py` writes them between their markers, so that every figure there is a committed table's).
+
+- `by_method_digest`: the main columns of a step-count experiment's `by_method` table;
+- `budget_digest`: a budgeted experiment's `budget_comparison`, each method against the best fixed group size;
+- `verdict_digest`: one line per budgeted experiment: which method to use at an equal rollout budget, by how much,
+  and the smallest difference the run could detect;
+- `screen_digest`: the difficulty screen's candidate mixes and each rule's best saving;
+- `frontier_digest` and `frontier_at_cgrpo_digest`: a training frontier's points, and every method at C-GRPO's cost;
+- `paired_digest`: C-GRPO minus each baseline, seed by seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import pandas as pd
+
+from ..configuration.methods import method_label
+
+__all__ = [
+    "budget_digest",
+    "by_method_digest",
+    "frontier_at_cgrpo_digest",
+    "frontier_digest",
+    "paired_digest",
+    "screen_digest",
+    "verdict_digest",
+]
+
+LOW, HIGH = "95% CI low", "95% CI high"
+
+
+def _number(value: float, digits: int, infinite: str = "inf") -> str:
+    """`value` to `digits` decimals with thousands separators; `infinite` for +inf (a target never reached)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if math.isinf(value):
+        return infinite if value > 0 else "-inf"
+    if digits == 0:
+        return f"{value:,.0f}"
+    return f"{value:,.{digits}f}"
+
+
+def _cell(row: Mapping, column: str, digits: int = 3) -> str:
+    """`value [low, high]`, or the value alone where its interval is missing or has no width."""
+    value = row.get(column)
+    low, high = row.get(f"{column} {LOW}"), row.get(f"{column} {HIGH}")
+    text = _number(value, digits)
+    if text and pd.notna(low) and pd.notna(high) and low != high:
+        text += f" [{_number(low, digits)}, {_number(high, digits)}]"
+    return text
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)])
+
+
+def by_method_digest(folder: Path) -> str:
+    """Accuracy and cost per method and setting of a step-count experiment (`by_method.csv`)."""
+    table = pd.read_csv(Path(folder) / "by_method.csv")
+    header = ["method", "setting", "seeds", "greedy accuracy", "sampled accuracy", "rollouts generated"]
+    header += ["wall clock (s)", "CPU time (s)"]
+    rows = []
+    for row in table.to_dict("records"):
+        base = row["method"] == "base"
+        rows.append(
+            [
+                "base model" if base else method_label(row["method"]),
+                "" if base else row["setting"],
+                str(row["seeds"]),
+                _cell(row, "greedy accuracy"),
+                _cell(row, "sampled accuracy (mean@k)"),
+                _cell(row, "rollouts generated (training + calibration)", 0),
+                _cell(row, "wall clock (s, training + calibration)", 1),
+                _cell(row, "CPU time (s, training + calibration)", 1),
+            ]
+        )
+    return _table(header, rows)
+
+
+def budget_digest(folder: Path) -> str:
+    """Each method and setting of a budgeted experiment against the best fixed G (`budget_comparison.csv`)."""
+    table = pd.read_csv(Path(folder) / "budget_comparison.csv")
+    header = ["method", "setting", "accuracy at the budget", "minus best fixed G", "AUC minus best fixed G"]
+    header += ["rollouts to target", "speed-up to target", "CPU speed-up", "informative groups"]
+    rows = [
+        [
+            row["label"],
+            row["setting"],
+            _cell(row, "accuracy at budget"),
+            _cell(row, "accuracy at budget minus best fixed G"),
+            _cell(row, "AUC minus best fixed G"),
+            _number(row["rollouts to target"], 0, "not reached"),
+            _cell(row, "speed-up to target over best fixed G", 2),
+            _cell(row, "CPU speed-up to target over best fixed G", 2),
+            _number(row["informative_group_share"], 2),
+        ]
+        for row in table.to_dict("records")
+    ]
+    return _table(header, rows)
+
+
+def _best_other(table: pd.DataFrame, method_filter) -> Mapping | None:
+    """The most accurate setting at the budget among the rows `method_filter` keeps (None if it keeps none)."""
+    rows = table[method_filter(table["method"])]
+    return None if rows.empty else rows.loc[rows["accuracy at budget"].idxmax()]
+
+
+def verdict_digest(folders: Mapping[str, Path]) -> str:
+    """Per budgeted experiment (`{description: folder}`): the best fixed G, C-GRPO's and the best other stopping
+    rule's difference to it at the budget, the method to use, and the smallest difference the run resolves (the
+    mean half-width of its paired intervals)."""
+    header = ["task, model, budget", "best fixed G", "C-GRPO (best setting)", "best other rule", "use", "resolves"]
+    rows = []
+    for description, folder in folders.items():
+        table = pd.read_csv(Path(folder) / "budget_comparison.csv")
+        first = table.iloc[0]
+        best = table[(table["method"] == "grpo") & (table["setting"] == first["best fixed G"])].iloc[0]
+        cgrpo = _best_other(table, lambda m: m == "cgrpo")
+        other = _best_other(table, lambda m: ~m.isin(["cgrpo", "grpo"]))
+        difference = "accuracy at budget minus best fixed G"
+        beats = table[(table[f"{difference} {LOW}"] > 0) & (table["method"] != "grpo")]
+        use = f"GRPO {best['setting']}" if beats.empty else f"{beats.iloc[0]['label']} {beats.iloc[0]['setting']}"
+        width = ((table[f"{difference} {HIGH}"] - table[f"{difference} {LOW}"]) / 2)[table["method"] != "grpo"]
+        rows.append(
+            [
+                f"{description}, {_number(first['budget'], 0)} rollouts",
+                f"GRPO {best['setting']}: {_cell(best, 'accuracy at budget')}",
+                "not run" if cgrpo is None else f"{_cell(cgrpo, difference)} ({cgrpo['setting']})",
+                "not run" if other is None else f"{other['label']}: {_cell(other, difference)}",
+                use,
+                f"+-{_number(width.mean(), 3)}",
+            ]
+        )
+    return _table(header, rows)
+
+
+def screen_digest(path: Path) -> str:
+    """Per candidate mix of the difficulty screen: its shares of prompts and each rule's best saving."""
+    table = pd.read_csv(path)
+    rules = list(dict.fromkeys(table["rule"]))
+    header = ["mix", "trivial", "hopeless", "mixed", "base accuracy", *(f"{rule} saving" for rule in rules)]
+    rows = []
+    for mix, group in table.groupby("mix", sort=False):
+        first = group.iloc[0]
+        best = group.groupby("rule")["saving"].max()
+        shares = [_number(first[name], 2) for name in ("trivial", "hopeless", "mixed", "accuracy")]
+        rows.append([mix, *shares, *(_number(best.get(rule, math.nan), 2) for rule in rules)])
+    return _table(header, rows)
+
+
+def frontier_digest(folder: Path) -> str:
+    """Each method and setting of a training frontier (`frontier.csv`): its costs and sampled accuracy."""
+    table = pd.read_csv(Path(folder) / "frontier.csv")
+    header = ["method", "setting", "training rollouts per prompt", "calibration rollouts per prompt", "CPU time (s)"]
+    header += ["sampled accuracy", "interval"]
+    rows = [
+        [
+            row["label"],
+            row["setting"],
+            _cell(row, "training rollouts per prompt (calibration excluded)", 1),
+            _number(row["calibration rollouts per prompt"], 1),
+            _cell(row, "CPU time (s, training + calibration)", 1),
+            _cell(row, "sampled accuracy (mean@k)"),
+            row["interval"],
+        ]
+        for row in table.to_dict("records")
+    ]
+    return _table(header, rows)
+
+
+def frontier_at_cgrpo_digest(folder: Path) -> str:
+    """Every method's frontier at each C-GRPO setting's cost, minus C-GRPO (`frontier_at_cgrpo.csv`)."""
+    table = pd.read_csv(Path(folder) / "frontier_at_cgrpo.csv")
+    header = ["C-GRPO setting", "cost", "C-GRPO's cost", "C-GRPO's accuracy", "method", "its accuracy there"]
+    header += ["difference", "in range"]
+    rows = [
+        [
+            row["C-GRPO setting"],
+            row["cost"],
+            _number(row["C-GRPO cost"], 1),
+            _number(row["C-GRPO sampled accuracy"], 3),
+            row["label"],
+            _number(row["sampled accuracy at C-GRPO's cost"], 3),
+            _cell(row, "difference"),
+            _number(row["resamples within range"], 2),
+        ]
+        for row in table.to_dict("records")
+    ]
+    return _table(header, rows)
+
+
+def paired_digest(folder: Path) -> str:
+    """C-GRPO minus each baseline, paired by seed (`paired.csv`): accuracies, rollouts and CPU time."""
+    table = pd.read_csv(Path(folder) / "paired.csv")
+    header = ["C-GRPO setting", "minus", "greedy accuracy", "sampled accuracy", "rollouts generated", "CPU time (s)"]
+    cpu = "CPU time (s, training + calibration) difference"
+    rows = [
+        [
+            row["C-GRPO setting"],
+            row["baseline"],
+            _cell(row, "greedy accuracy difference"),
+            _cell(row, "sampled accuracy (mean@k) difference"),
+            _cell(row, "rollouts generated difference", 0),
+            _cell(row, cpu, 1) if cpu in row else "",
+        ]
+        for row in table.to_dict("records")
+    ]
+    return _table(header, rows)

@@ -1,0 +1,71 @@
+"""The digests the README and docs show: figures copied from the committed tables, the verdict read off them."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from cgrpo.pipeline.analysis.digest import budget_digest, verdict_digest
+
+DIFFERENCE = "accuracy at budget minus best fixed G"
+
+
+def _row(method: str, label: str, setting: str, accuracy: float, difference: float, low: float, high: float) -> dict:
+    return {
+        "method": method,
+        "label": label,
+        "setting": setting,
+        "budget": 4096.0,
+        "best fixed G": "G=4",
+        "accuracy at budget": accuracy,
+        "accuracy at budget 95% CI low": accuracy - 0.05,
+        "accuracy at budget 95% CI high": accuracy + 0.05,
+        DIFFERENCE: difference,
+        f"{DIFFERENCE} 95% CI low": low,
+        f"{DIFFERENCE} 95% CI high": high,
+        "AUC minus best fixed G": difference,
+        "rollouts to target": math.inf if difference < 0 else 3000.0,
+        "speed-up to target over best fixed G": 0.0 if difference < 0 else 1.2,
+        "CPU speed-up to target over best fixed G": 0.0 if difference < 0 else 1.1,
+        "informative_group_share": 0.5,
+    }
+
+
+def _folder(tmp_path, rows) -> str:
+    pd.DataFrame(rows).to_csv(tmp_path / "budget_comparison.csv", index=False)
+    return tmp_path
+
+
+def test_the_verdict_names_the_best_fixed_g_unless_a_method_beats_it_beyond_its_interval(tmp_path):
+    rows = [
+        _row("grpo", "GRPO", "G=4", 0.57, 0.0, 0.0, 0.0),
+        _row("grpo", "GRPO", "G=8", 0.56, -0.01, -0.03, 0.01),
+        _row("cgrpo", "C-GRPO", "delta auto", 0.54, -0.03, -0.05, -0.01),
+        _row("signal", "Signal stop", "0.1", 0.565, -0.005, -0.02, 0.01),
+    ]
+    line = verdict_digest({"arithmetic": _folder(tmp_path, rows)}).splitlines()[2]
+    cells = [cell.strip() for cell in line.strip("|").split("|")]
+    assert cells[0] == "arithmetic, 4,096 rollouts"
+    assert cells[1] == "GRPO G=4: 0.570 [0.520, 0.620]"
+    assert cells[2] == "-0.030 [-0.050, -0.010] (delta auto)"
+    assert cells[3] == "Signal stop: -0.005 [-0.020, 0.010]"
+    # Nothing beats G = 4 beyond its interval; the intervals of the three non-GRPO rows are 0.02 and 0.015 wide.
+    assert cells[4] == "GRPO G=4" and cells[5] == "+-0.018"
+
+
+def test_a_method_above_the_best_fixed_g_beyond_its_interval_is_the_one_to_use(tmp_path):
+    rows = [
+        _row("grpo", "GRPO", "G=4", 0.57, 0.0, 0.0, 0.0),
+        _row("cgrpo", "C-GRPO", "delta 0.5", 0.6, 0.03, 0.01, 0.05),
+    ]
+    assert "| C-GRPO delta 0.5 |" in verdict_digest({"arithmetic": _folder(tmp_path, rows)})
+
+
+def test_a_target_never_reached_reads_as_such(tmp_path):
+    rows = [
+        _row("grpo", "GRPO", "G=4", 0.57, 0.0, 0.0, 0.0),
+        _row("cgrpo", "C-GRPO", "delta auto", 0.5, -0.07, -0.1, -0.04),
+    ]
+    digest = budget_digest(_folder(tmp_path, rows))
+    assert "| not reached | 0.00 [0.00, 0.00] |" not in digest and "| not reached | 0.00 |" in digest
