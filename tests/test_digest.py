@@ -26,6 +26,7 @@ def _row(method: str, label: str, setting: str, accuracy: float, difference: flo
         f"{DIFFERENCE} 95% CI high": high,
         "AUC minus best fixed G": difference,
         "rollouts to target": math.inf if difference < 0 else 3000.0,
+        "CPU seconds to target": math.inf if difference < 0 else 20.4,
         "speed-up to target over best fixed G": 0.0 if difference < 0 else 1.2,
         "CPU speed-up to target over best fixed G": 0.0 if difference < 0 else 1.1,
         "informative_group_share": 0.5,
@@ -48,10 +49,12 @@ def test_the_verdict_names_the_best_fixed_g_unless_a_method_beats_it_beyond_its_
     cells = [cell.strip() for cell in line.strip("|").split("|")]
     assert cells[0] == "arithmetic, 4,096 rollouts"
     assert cells[1] == "GRPO G=4: 0.570 [0.520, 0.620]"
-    assert cells[2] == "-0.030 [-0.050, -0.010] (delta auto)"
-    assert cells[3] == "Signal stop: -0.005 [-0.020, 0.010]"
+    assert cells[2] == "3,000 rollouts, 20 CPU s"
+    assert cells[3] == "-0.030 [-0.050, -0.010] (delta auto)"
+    assert cells[4] == "not reached"
+    assert cells[5] == "Signal stop: -0.005 [-0.020, 0.010]"
     # Nothing beats G = 4 beyond its interval; the intervals of the three non-GRPO rows are 0.02 and 0.015 wide.
-    assert cells[4] == "GRPO G=4" and cells[5] == "+-0.018"
+    assert cells[6] == "GRPO G=4" and cells[7] == "+-0.018"
 
 
 def test_a_method_above_the_best_fixed_g_beyond_its_interval_is_the_one_to_use(tmp_path):

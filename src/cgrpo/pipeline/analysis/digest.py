@@ -110,11 +110,19 @@ def _best_other(table: pd.DataFrame, method_filter) -> Mapping | None:
     return None if rows.empty else rows.loc[rows["accuracy at budget"].idxmax()]
 
 
+def _to_target(row: Mapping) -> str:
+    """Rollouts and CPU seconds a row needed to reach the target, or that it never did on the mean curve."""
+    if math.isinf(row["rollouts to target"]):
+        return "not reached"
+    return f"{_number(row['rollouts to target'], 0)} rollouts, {_number(row['CPU seconds to target'], 0)} CPU s"
+
+
 def verdict_digest(folders: Mapping[str, Path]) -> str:
-    """Per budgeted experiment (`{description: folder}`): the best fixed G, C-GRPO's and the best other stopping
-    rule's difference to it at the budget, the method to use, and the smallest difference the run resolves (the
-    mean half-width of its paired intervals)."""
-    header = ["task, model, budget", "best fixed G", "C-GRPO (best setting)", "best other rule", "use", "resolves"]
+    """Per budgeted experiment (`{description: folder}`): the best fixed G and what it needs to reach the target,
+    C-GRPO's and the best other stopping rule's difference to it at the budget, the method to use, and the smallest
+    difference the run resolves (the mean half-width of its paired intervals)."""
+    header = ["task, budget", "best fixed G at the budget", "its cost to target", "C-GRPO minus it (best setting)"]
+    header += ["C-GRPO to target", "best other rule minus it", "use", "resolves"]
     rows = []
     for description, folder in folders.items():
         table = pd.read_csv(Path(folder) / "budget_comparison.csv")
@@ -130,7 +138,9 @@ def verdict_digest(folders: Mapping[str, Path]) -> str:
             [
                 f"{description}, {_number(first['budget'], 0)} rollouts",
                 f"GRPO {best['setting']}: {_cell(best, 'accuracy at budget')}",
+                _to_target(best),
                 "not run" if cgrpo is None else f"{_cell(cgrpo, difference)} ({cgrpo['setting']})",
+                "not run" if cgrpo is None else _to_target(cgrpo),
                 "not run" if other is None else f"{other['label']}: {_cell(other, difference)}",
                 use,
                 f"+-{_number(width.mean(), 3)}",
