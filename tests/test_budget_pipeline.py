@@ -150,6 +150,22 @@ def test_a_method_that_never_reaches_the_target_has_an_infinite_time_to_it():
     assert rows.loc["cgrpo", "speed-up to target over best fixed G"] == 0.0
 
 
+def test_no_target_where_the_best_fixed_g_gains_nothing_over_the_base_model():
+    # Every curve starts at the base model's accuracy: a target at or below it would be reached at 0 rollouts.
+    runs, curves = _records()
+    for curve in curves[1:]:
+        curve["points"] = [_with(50, [0.0, 0.5], 3.0), _with(100, [0.0, 0.5], 8.0)]
+    rows = budget_tables(runs, curves, target_share=0.9, resamples=50)["budget_comparison"].set_index("method")
+    for column in (
+        "target accuracy",
+        "rollouts to target",
+        "CPU seconds to target",
+        "CPU speed-up to target over best fixed G",
+    ):
+        assert rows[column].isna().all(), column
+    assert rows.loc["cgrpo", "accuracy at budget minus best fixed G"] == pytest.approx(0.0)
+
+
 def test_the_calibrations_table_shows_each_calibration_prompt_set():
     runs, _ = _records()
     runs[1]["calibrations"][0]["prompt_set"] = "abc"

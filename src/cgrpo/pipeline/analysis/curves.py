@@ -27,6 +27,7 @@ the target within the budget in a resample has an infinite time to it there (a s
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,6 +37,8 @@ import pandas as pd
 
 from ..configuration.methods import method_label, method_order, setting_label
 from ..metrics.statistics import purpose_seed
+
+LOGGER = logging.getLogger(__name__)
 
 __all__ = ["GRID_POINTS", "budget_calibrations_table", "budget_tables", "curve_points", "write_budget_outputs"]
 
@@ -109,7 +112,8 @@ def _first_crossing(curve: np.ndarray, grid: np.ndarray, target: float) -> np.nd
     points), inf where it never does."""
     above = curve >= target
     first = np.where(above.any(axis=1), above.argmax(axis=1), -1)
-    result = np.full(len(curve), np.inf)
+    # An undefined (NaN) target has no crossing to be late for: NaN, not "never".
+    result = np.full(len(curve), np.inf if not math.isnan(target) else math.nan)
     for r, i in enumerate(first):
         if i == 0:
             result[r] = grid[0]
@@ -155,7 +159,12 @@ def budget_tables(
     }
     base_accuracy = float(np.mean(by_run["base"]["points"][0]["per_prompt"]))
     best = _best_fixed(settings, accuracy)
-    target = base_accuracy + target_share * (accuracy[best][:, -1].mean() - base_accuracy)
+    gain = accuracy[best][:, -1].mean() - base_accuracy
+    # Where the best fixed G ends no better than the base model, every curve starts at the target: no time to it means
+    # anything, so the target is undefined and the to-target columns are empty rather than a division by zero.
+    target = base_accuracy + target_share * gain if gain > 0 else math.nan
+    if gain <= 0:
+        LOGGER.warning("the best fixed G (%s) gains nothing over the base model: no target accuracy", best[1])
     draws = _draws(len(seeds), accuracy[best].shape[2], resamples, seed)
     curves_drawn = {key: _resampled(values, draws) for key, values in accuracy.items()}
     cpu_drawn = {key: draws[0] @ values / len(seeds) for key, values in cpu.items()}
@@ -260,8 +269,8 @@ def _comparison_row(key, group, accuracy, cpu, curves_drawn, cpu_drawn, context)
 
 
 def _cpu_at(rollouts: float, grid: np.ndarray, cpu: np.ndarray) -> float:
-    """CPU seconds of a mean curve at `rollouts` (inf where the target is never reached)."""
-    return float(np.interp(rollouts, grid, cpu)) if np.isfinite(rollouts) else math.inf
+    """CPU seconds of a mean curve at `rollouts` (inf where the target is never reached, NaN where it is undefined)."""
+    return float(np.interp(rollouts, grid, cpu)) if np.isfinite(rollouts) else float(rollouts)
 
 
 def _curve_rows(key, accuracy, cpu, curves_drawn, context) -> list[dict[str, Any]]:

@@ -111,7 +111,10 @@ def _best_other(table: pd.DataFrame, method_filter) -> Mapping | None:
 
 
 def _to_target(row: Mapping) -> str:
-    """Rollouts and CPU seconds a row needed to reach the target, or that it never did on the mean curve."""
+    """Rollouts and CPU seconds a row needed to reach the target, that it never did on the mean curve, or that there
+    is no target (the best fixed G gained nothing)."""
+    if math.isnan(row["rollouts to target"]):
+        return "no target"
     if math.isinf(row["rollouts to target"]):
         return "not reached"
     return f"{_number(row['rollouts to target'], 0)} rollouts, {_number(row['CPU seconds to target'], 0)} CPU s"
