@@ -169,11 +169,29 @@ def stopping_rules() -> str:
 
 
 # ------------------------------------------------------------------ pages
+# The budgeted experiments the verdict reads, as its rows name them.
+BUDGETS = {
+    "arithmetic, binding mix (medium 0.7, hard 0.3)": RESULTS / "budget",
+    "arithmetic, the default's mix": RESULTS / "budget_default_mix",
+}
+
+
+def readme_parts() -> dict[str, str]:
+    """The README's results: the verdict at an equal budget, then the default experiment a new user runs."""
+    from cgrpo.pipeline.analysis import digest
+
+    return {"verdict": digest.verdict_digest(BUDGETS), "by-method-default": digest.by_method_digest(RESULTS)}
+
+
 def results_parts() -> dict[str, str]:
-    """The results' tables the README and docs/results.md show, each from its committed table."""
+    """The results' tables docs/results.md shows, each from its committed table."""
     from cgrpo.pipeline.analysis import digest
 
     return {
+        "verdict": digest.verdict_digest(BUDGETS),
+        "budget-binding": digest.budget_digest(RESULTS / "budget"),
+        "budget-default-mix": digest.budget_digest(RESULTS / "budget_default_mix"),
+        "screen": digest.screen_digest(RESULTS / "budget" / "difficulty_screen.csv"),
         "by-method-default": digest.by_method_digest(RESULTS),
         "frontier": digest.frontier_digest(RESULTS / "frontier"),
         "frontier-at-cgrpo": digest.frontier_at_cgrpo_digest(RESULTS / "frontier"),
@@ -193,6 +211,7 @@ def generated_parts() -> dict[Path, dict[str, str]]:
         REPO / "docs" / "pipeline.md": {"report-outputs": report_outputs()},
         REPO / "docs" / "method.md": {"stopping-rules": stopping_rules()},
         REPO / "docs" / "results.md": results_parts(),
+        REPO / "README.md": readme_parts(),
     }
 
 

@@ -224,3 +224,28 @@ def test_the_outputs_table_lists_every_table_and_plot():
 def test_the_readme_says_where_job_logs_are_and_how_to_follow_one():
     pipeline = (REPO / "README.md").read_text().split("## The pipeline")[1].split("\n## ")[0]
     assert "results/<experiment>/logs/" in pipeline and "tail -f results/" in pipeline
+
+
+# --------------------------------------------------------------------------- figures of the results
+GENERATED_BLOCK = re.compile(r"<!-- generated:([\w-]+):start -->.*?<!-- generated:\1:end -->", re.DOTALL)
+DECIMAL = re.compile(r"(?<![\w.])[-+]?\d{1,3}(?:,\d{3})*\.\d+(?![\w.])")
+
+
+def hand_written_figures(text: str) -> list[str]:
+    """The decimal figures of `text` outside its generated tables, as they read (sign and thousands commas aside)."""
+    return [match.lstrip("+-").replace(",", "") for match in DECIMAL.findall(GENERATED_BLOCK.sub("", text))]
+
+
+def test_the_figure_finder_reads_decimals_and_skips_generated_tables():
+    text = "a -0.022 [0.01, +0.5] and 1,755.5 s; <!-- generated:x:start -->0.123<!-- generated:x:end --> v1.2.3 2026"
+    assert hand_written_figures(text) == ["0.022", "0.01", "0.5", "1755.5"]
+
+
+def test_every_figure_of_the_readme_results_is_generated_from_a_committed_table():
+    # A figure typed by hand can go stale; the results' figures are written by scripts/generate_docs.py from the
+    # tables under results/reference/ (test_generated_parts_equal_their_sources keeps them equal), and the prose
+    # around them carries no decimal figure of its own.
+    readme = (REPO / "README.md").read_text()
+    results = readme.split("<!-- results:start -->")[1].split("<!-- results:end -->")[0]
+    assert GENERATED_BLOCK.search(results)
+    assert hand_written_figures(results) == []

@@ -110,3 +110,27 @@ def test_the_8_seed_smollm2_config_brackets_c_grpos_measured_rollouts_with_fixed
     assert len(config["seeds"]) >= 8 and config["splits"]["sizes"]["eval"] >= 96
     assert config["cgrpo"]["calibrate_per_seed"] and config["splits"]["dedupe"] == "computation"
     assert {"esc", "signal"} <= set(config["cgrpo"]["ablations"]["rules"])
+
+
+@pytest.mark.parametrize(
+    ("folder", "configs"),
+    [("budget", ("budget.yaml",)), ("budget_default_mix", ("budget.yaml", "overrides/budget_default_mix.yaml"))],
+    ids=["binding_mix", "default_mix"],
+)
+def test_budget_reference_tables_match_their_config(folder, configs):
+    config = merged_config(*configs)
+    budget = config["budget"]
+    curve = pd.read_csv(REFERENCE / folder / "learning_curve.csv")
+    # Every run sampled at the start and at each of its milestones, on the eval split's prompts, to the budget.
+    assert set(curve["seed"]) == set(config["seeds"]) and len(config["seeds"]) >= 8
+    assert set(curve.groupby("run")["milestone"].nunique()) == {budget["milestones"] + 1}
+    assert curve.groupby("run")["rollouts"].max().min() >= budget["rollouts"]
+    assert set(curve[curve["method"] == "grpo"]["setting"]) == {f"G={g}" for g in config["grpo"]["num_generations"]}
+    assert set(curve["method"]) == {"cgrpo", "grpo", *config["cgrpo"]["ablations"]["rules"]}
+    comparison = pd.read_csv(REFERENCE / folder / "budget_comparison.csv")
+    assert set(comparison["prompts"]) == {config["splits"]["sizes"]["eval"]}
+    assert set(comparison["budget"]) == {budget["rollouts"]}
+    # A calibration per seed, from its own sample of the calibration prompts.
+    calibrations = pd.read_csv(REFERENCE / folder / "budget_calibrations.csv")
+    per_seed = calibrations.drop_duplicates("seed")
+    assert per_seed["prompt_set"].nunique() == per_seed["qhat"].nunique() == len(config["seeds"])
