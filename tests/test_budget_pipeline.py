@@ -217,8 +217,10 @@ def test_a_budgeted_smoke_pipeline_ends_every_run_at_the_budget_and_compares_the
     curve = pd.read_csv(tables / "learning_curve.csv")
     assert set(curve["method"]) == {"cgrpo", "grpo", "signal"} and set(curve["seed"]) == {0, 1}
     last = curve.sort_values("milestone").groupby("run").tail(1).set_index("run")
-    # Every run stops at the first generation batch past the budget: 2 prompts a batch, at most 8 rollouts each.
-    assert (last["rollouts"] >= 96).all() and (last["rollouts"] < 96 + 2 * 8).all()
+    # Every run stops at the first generation batch past the budget: 2 prompts a batch, at most 8 rollouts each, and
+    # C-GRPO's refit (recalibrate_every 1 in the smoke config: 8 prompts x 8) may fall in that batch.
+    refit = last["method"].eq("cgrpo") * 8 * 8
+    assert (last["rollouts"] >= 96).all() and (last["rollouts"] < 96 + 2 * 8 + refit).all()
     # C-GRPO's curve starts after its initial calibration (8 prompts x 8), with the base model's accuracy.
     starts = curve[curve["milestone"] == 0].set_index("run")
     assert (starts.loc[starts["method"] == "cgrpo", "rollouts"] == 64).all()

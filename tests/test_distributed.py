@@ -20,7 +20,10 @@ def ranks(tiny_model_dir, tmp_path_factory) -> list[dict]:
 
 def test_both_ranks_train_and_hold_identical_thresholds(ranks):
     assert [rank["world_size"] for rank in ranks] == [2, 2]
-    fitted = [[{k: v for k, v in c.items() if k != "wall_s"} for c in rank["calibrations"]] for rank in ranks]
+    # The seconds a calibration took are this process's own; what it fitted must agree.
+    fitted = [
+        [{k: v for k, v in c.items() if k not in ("wall_s", "cpu_s")} for c in rank["calibrations"]] for rank in ranks
+    ]
     assert fitted[0] == fitted[1]
     assert [c["step"] for c in ranks[0]["calibrations"]] == [0, 2]
 

@@ -109,7 +109,9 @@ def _outcome(trainer: CGRPOTrainer) -> dict:
     seconds = ("generation_s", "calibration_s", "holdout_s", "holdout_cpu_s")
     return {
         "logs": _logs(trainer, ("cgrpo/", "loss", "reward")),
-        "calibrations": [{k: v for k, v in record.items() if k != "wall_s"} for record in trainer.calibration_history],
+        "calibrations": [
+            {k: v for k, v in record.items() if k not in ("wall_s", "cpu_s")} for record in trainer.calibration_history
+        ],
         "totals": {k: v for k, v in trainer.cgrpo_totals.items() if k not in seconds},
         "budgets": dict(trainer.budget_histogram),
         "weights": _weights(trainer),
