@@ -188,11 +188,10 @@ def results_parts() -> dict[str, str]:
     from cgrpo.pipeline.analysis import digest
 
     return {
-        "verdict": digest.verdict_digest(BUDGETS),
+        **readme_parts(),
         "budget-binding": digest.budget_digest(RESULTS / "budget"),
         "budget-default-mix": digest.budget_digest(RESULTS / "budget_default_mix"),
         "screen": digest.screen_digest(RESULTS / "budget" / "difficulty_screen.csv"),
-        "by-method-default": digest.by_method_digest(RESULTS),
         "frontier": digest.frontier_digest(RESULTS / "frontier"),
         "frontier-at-cgrpo": digest.frontier_at_cgrpo_digest(RESULTS / "frontier"),
         "by-method-long": digest.by_method_digest(RESULTS / "long"),
