@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,15 +16,18 @@ from snakemake.utils import update_config, validate
 from test_workflow import job_counts, snakemake, workdir_like_repo
 
 from cgrpo.costs import calibration_steps, generation_span
-from cgrpo.pipeline.analysis.cost_plan import (
+from cgrpo.pipeline.planning.cost_plan import (
     CALIBRATION_SHARE_LIMIT,
     Throughput,
     TokenCounts,
     calibration_shares,
     method_totals,
     plan_jobs,
+    plan_report,
     plan_warnings,
 )
+from cgrpo.pipeline.planning.memory_plan import memory_jobs, memory_warnings
+from cgrpo.pipeline.planning.model_size import PUBLISHED, find_model_size, size_from_config
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_CONFIG = REPO / "config" / "gsm8k_qwen.yaml"
@@ -204,3 +209,162 @@ def test_the_script_prints_the_totals_per_method_and_refuses_bad_input():
         [*command, "--gen-tokens-per-s", "0", "--train-tokens-per-s", "1"], capture_output=True, text=True, env=env
     )
     assert bad.returncode == 2 and "throughputs must be positive" in bad.stderr
+
+
+# --------------------------------------------------------------------------- model sizes, memory and engine start-ups
+
+SMALL, LARGE = (find_model_size(name) for name in ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-1.5B-Instruct"))
+LARGE_OVERRIDE = REPO / "config" / "overrides" / "qwen_1_5b.yaml"
+
+
+def large_config(overrides: dict | None = None) -> dict:
+    config = planned(yaml.safe_load(LARGE_OVERRIDE.read_text()))
+    update_config(config, overrides or {})
+    return config
+
+
+def test_the_shipped_models_sizes_are_their_published_ones():
+    # The model cards: 0.49B (0.36B without the embeddings) and 1.54B (1.31B), tied embeddings of 151,936 x hidden.
+    assert SMALL.params == 494_032_768 and SMALL.params - 151_936 * 896 == 357_898_112
+    assert LARGE.params == 1_543_714_304 and LARGE.params - 151_936 * 1536 == 1_310_340_608
+    # KV cache per token: 2 x layers x KV heads x head size x 2 bytes; the larger model's is 2.3 times the smaller's.
+    assert SMALL.kv_bytes_per_token() == 2 * 24 * 2 * 64 * 2 == 12_288
+    assert LARGE.kv_bytes_per_token() == 2 * 28 * 2 * 128 * 2 == 28_672
+    # LoRA r = 16 on the seven projections: 16 x (in + out) each, per layer.
+    per_layer = 16 * (2 * (896 + 896) + 2 * (896 + 128) + 3 * (896 + 4864))
+    assert SMALL.lora_params(16, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]) == (
+        24 * per_layer
+    )
+    with pytest.raises(ValueError, match="peft.target_modules names lm_head, whose shape the cost plan does not know"):
+        SMALL.lora_params(16, ["q_proj", "lm_head"])
+
+
+@pytest.mark.parametrize(
+    "architecture",
+    [
+        {"model_type": "qwen2", "tie_word_embeddings": True},
+        {"model_type": "llama", "tie_word_embeddings": False, "head_dim": 8},
+        {"model_type": "llama", "attention_bias": True, "mlp_bias": True},
+    ],
+)
+def test_the_parameter_count_is_the_one_transformers_builds(architecture):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    shapes = {
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 300,
+    }
+    config = AutoConfig.for_model(**architecture, **shapes)
+    built = AutoModelForCausalLM.from_config(config).num_parameters()
+    assert size_from_config(config.to_dict(), "tiny", "test").params == built
+
+
+def test_a_models_size_is_read_from_its_folder_the_published_table_or_a_number(tmp_path):
+    (tmp_path / "config.json").write_text(
+        json.dumps({**PUBLISHED["Qwen/Qwen2.5-0.5B-Instruct"], "num_hidden_layers": 2})
+    )
+    from_folder = find_model_size(str(tmp_path))
+    assert from_folder.layers == 2 and from_folder.source == str(tmp_path / "config.json")
+    assert find_model_size("Qwen/Qwen2.5-1.5B-Instruct").params == LARGE.params
+    # A count alone: weights and optimizer state without the shapes; nothing known at all: None.
+    counted = find_model_size("org/unknown-model", params=7_000_000_000)
+    assert counted.params == 7_000_000_000 and not counted.has_shapes
+    assert find_model_size("org/unknown-model") is None
+    assert find_model_size("Qwen/Qwen2.5-1.5B-Instruct", config_file=tmp_path).layers == 2
+
+
+def test_engine_start_ups_are_counted_once_per_job_that_starts_an_engine():
+    jobs = plan_jobs(planned())
+    # Every job of the GPU config starts one: colocated in the calibration and training jobs, vLLM's evaluation.
+    assert jobs["engine_starts"].tolist() == [1] * len(jobs) and len(jobs) == 1 + 1 + 18 + 19
+    starting = Throughput(generation=20_000, training=40_000, startup_s=60)
+    difference = method_totals(jobs, starting)["gpu_hours"].sum() - method_totals(jobs, THROUGHPUT)["gpu_hours"].sum()
+    assert difference == pytest.approx(len(jobs) * 60 / 3600)
+    hf = plan_jobs(planned({"training": {"use_vllm": False}, "evaluation": {"backend": "hf"}}))
+    assert hf["engine_starts"].sum() == 0
+
+
+def test_the_plans_of_the_small_and_the_large_model_differ():
+    small, large = planned(), large_config()
+    # Throughputs measured on the small model (as the GPU smoke run prints them) are a third on the large one.
+    small_report = plan_report(small, THROUGHPUT, model=SMALL, measured_on=SMALL)
+    large_report = plan_report(large, THROUGHPUT, model=LARGE, measured_on=SMALL)
+    hours = [
+        float(re.search(r"jobs that load the policy, ([\d.,]+) GPU-hours", r).group(1))
+        for r in (small_report, large_report)
+    ]
+    assert hours[1] == pytest.approx(hours[0] * LARGE.params / SMALL.params, rel=0.02)
+    scaled = THROUGHPUT.scaled(SMALL, LARGE)
+    assert scaled.generation == pytest.approx(20_000 * 494_032_768 / 1_543_714_304)
+    # Memory: every job holds more of the large model; both fit an 80 GiB GPU, the large one with the override's
+    # larger vLLM share.
+    small_memory, large_memory = (memory_jobs(config, size, 80) for config, size in ((small, SMALL), (large, LARGE)))
+    assert all(a.rule == b.rule and a.peak_gib < b.peak_gib for a, b in zip(small_memory, large_memory))
+    assert memory_warnings(small_memory, 80) == [] and memory_warnings(large_memory, 80) == []
+    assert "Warnings\n\nNone." in small_report and "Warnings\n\nNone." in large_report
+
+
+def test_the_memory_of_a_training_job_by_hand():
+    trains = [job for job in memory_jobs(large_config(), LARGE, 80) if job.rule == "train"]
+    # GRPO's micro-batch holds C-GRPO's one prompt per micro-batch at its own G (G rows), so each G is a kind of job
+    # of its own: the three seeds of G = 32 hold the most.
+    assert [job.jobs for job in trains] == [3] * 4
+    train = max(trains, key=lambda job: job.peak_gib)
+    gib, rows, tokens = 2**30, 32, 2048
+    assert train.row_tokens == tokens
+    assert train.weights_gib == pytest.approx(LARGE.params * 2 / gib)
+    assert train.training_state_gib == pytest.approx(18_464_768 * 16 / gib)
+    logits = 3 * rows * 512 * 151_936 * 2
+    checkpointed = 28 * rows * tokens * 1536 * 2 + 34 * rows * tokens * 1536
+    assert train.activations_gib == pytest.approx((logits + checkpointed) / gib)
+    # The engine: 0.5 x 80 GiB for its weights and 576 rows of 2,048 tokens at 28 KiB.
+    assert train.vllm_share_gib == 40
+    assert train.vllm_needs_gib == pytest.approx((LARGE.params * 2 + 576 * tokens * 28_672) / gib)
+    assert train.peak_gib == pytest.approx(40 + train.weights_gib + train.training_state_gib + train.activations_gib)
+    # Measured prompts shorten the rows: 600 prompt and 512 completion tokens.
+    short = max(memory_jobs(large_config(), LARGE, 80, prompt_tokens=600), key=lambda job: job.peak_gib)
+    assert short.row_tokens == 1112 and short.vllm_needs_gib < train.vllm_needs_gib
+
+
+def test_a_model_that_does_not_fit_the_stated_gpu_warns_naming_the_fixes():
+    warnings = memory_warnings(memory_jobs(large_config(), LARGE, 16), 16)
+    assert any("more than the GPU's 16 GiB: use a GPU with more memory" in line for line in warnings)
+    assert any("so they run in waves" in line and "raise vllm_gpu_memory_utilization" in line for line in warnings)
+    # The large model at the small model's vLLM share (0.3 of 80 GiB) fits the GPU, but not a generation batch:
+    # (24 - 2.9 GiB of weights) / (2,048 x 28 KiB) = 386 of its 576 rows, in every job with an engine.
+    at_small_share = large_config({"training": {"vllm_gpu_memory_utilization": 0.3}})
+    waves = memory_warnings(memory_jobs(at_small_share, LARGE, 80), 80)
+    assert len(waves) == 3 and all("so they run in waves" in line for line in waves)
+    assert waves[0].startswith("calibrate (1 job): vLLM's share of 24.0 GiB holds the KV cache of 386 of the 576 rows")
+    tiny_share = large_config({"training": {"vllm_gpu_memory_utilization": 0.03}})
+    assert any(
+        "so the engine will not start" in line for line in memory_warnings(memory_jobs(tiny_share, LARGE, 80), 80)
+    )
+    # Without a dtype TRL loads float32: twice the weights, and a warning that names the key.
+    unset = planned()
+    del unset["training"]["model_init_kwargs"]
+    jobs = memory_jobs(unset, SMALL, 80)
+    assert jobs[0].weights_gib == pytest.approx(SMALL.params * 4 / 2**30)
+    assert memory_warnings(jobs, 80)[0].startswith("training.model_init_kwargs.dtype is unset, so TRL loads the policy")
+    for line in warnings + memory_warnings(jobs, 80):
+        assert line.count(". ") == 0 and line.endswith(".")
+
+
+def test_the_script_plans_the_large_model_on_a_small_gpu_with_warnings():
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    configs = ["--configfile", str(GPU_CONFIG), str(LARGE_OVERRIDE)]
+    rates = ["--gen-tokens-per-s", "20000", "--train-tokens-per-s", "40000", "--gpu-memory-gib", "16"]
+    command = [sys.executable, str(REPO / "scripts" / "cost_plan.py"), *configs, *rates]
+    result = subprocess.run(
+        [*command, "--measured-on", "Qwen/Qwen2.5-0.5B-Instruct"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Throughputs measured on Qwen/Qwen2.5-0.5B-Instruct (494,032,768 parameters), scaled to" in result.stdout
+    assert "## GPU memory per job (GiB, on a GPU of 16 GiB)" in result.stdout
+    assert "more than the GPU's 16 GiB" in result.stdout.split("## Warnings")[1]
+    unknown = subprocess.run([*command, "--measured-on", "org/unknown"], capture_output=True, text=True, env=env)
+    assert unknown.returncode == 2 and unknown.stderr.startswith("cost plan: --measured-on org/unknown: no config.json")

@@ -20,8 +20,8 @@ from snakemake.utils import update_config, validate
 from test_workflow import job_counts, snakemake, workdir_like_repo
 
 from cgrpo.costs import calibration_steps
-from cgrpo.pipeline.analysis.cost_plan import calibration_shares, plan_jobs
-from cgrpo.pipeline.analysis.gpu_smoke import VLLM_RATIO, gpu_run_problems, job_times
+from cgrpo.pipeline.analysis.gpu_smoke import VLLM_RATIO, gpu_run_problems, job_times, measured_throughput, plan_flags
+from cgrpo.pipeline.planning.cost_plan import calibration_shares, plan_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = [REPO / "config" / "gsm8k_qwen.yaml", REPO / "config" / "overrides" / "gpu_smoke.yaml"]
@@ -75,15 +75,37 @@ def test_the_smoke_plans_every_gpu_path_once(tmp_path):
     assert calibration_shares(plan_jobs(config))["calibration_rollouts"].tolist() == [2 * 16 * 32]
 
 
+# What each run's record says it generated and timed, and the tokens TRL counted through its update (num_tokens in
+# steps.csv, cumulative), with the spec's num_iterations: (train tokens, calibration tokens, generation s, calibration
+# s, update s, num_tokens at its last step, num_iterations).
+TIMED = {
+    "cgrpo_s0_g2-4-8-16-32_dauto_r6": (30_000, 10_000, 3.0, 1.0, 5.0, 50_000, 1),
+    "grpo_s0_G4": (20_000, 0, 2.0, 0.0, 3.0, 40_000, 2),
+}
+
+
 def _finished_run(folder: Path, ratio: float, backend: str, calibrations: int = 2) -> Path:
     """A results folder as a finished smoke run leaves it, with the vLLM ratio and log lines given."""
-    for run in ("cgrpo_s0_g2-4-8-16-32_dauto_r6", "grpo_s0_G4"):
+    for run, (train, calibration, generation_s, calibration_s, update_s, num_tokens, epochs) in TIMED.items():
         (folder / "runs" / run).mkdir(parents=True)
-        pd.DataFrame({"step": [1, 2], VLLM_RATIO: [ratio, float("nan")]}).to_csv(
-            folder / "runs" / run / "steps.csv", index=False
-        )
-        record = {"run": run, "calibrations": [{}] * (calibrations if run.startswith("cgrpo") else 0)}
+        pd.DataFrame(
+            {"step": [1, 2], VLLM_RATIO: [ratio, float("nan")], "num_tokens": [num_tokens // 2, num_tokens]}
+        ).to_csv(folder / "runs" / run / "steps.csv", index=False)
+        record = {
+            "run": run,
+            "calibrations": [{}] * (calibrations if run.startswith("cgrpo") else 0),
+            "train_tokens_generated": train,
+            "calibration_tokens_generated": calibration,
+            "generation_wall_s": generation_s,
+            "calibration_wall_s": calibration_s,
+            "update_wall_s": update_s,
+        }
         (folder / "runs" / run / "run.json").write_text(json.dumps(record))
+        (folder / "specs" / "train").mkdir(parents=True, exist_ok=True)
+        spec = {"run": run, "trainer": {"num_iterations": epochs} if epochs > 1 else {}}
+        (folder / "specs" / "train" / f"{run}.json").write_text(json.dumps(spec))
+    (folder / "base_model").mkdir()
+    (folder / "base_model" / "source.json").write_text(json.dumps({"path": "Qwen/Qwen2.5-0.5B-Instruct"}))
     (folder / "logs" / "evaluate").mkdir(parents=True)
     for log in ("evaluate/base.log", "evaluate/grpo_s0_G4.log", "format_rate.log"):
         (folder / "logs" / log).write_text(f"sampling with the {backend} backend.\n")
@@ -105,3 +127,22 @@ def test_the_checks_name_every_fallback(tmp_path):
     assert sum("does not say it sampled with the vLLM backend" in line for line in problems) == 3
     assert any("calibrated 1 time(s): no refit" in line for line in problems)
     assert gpu_run_problems(tmp_path / "missing") == [f"{tmp_path / 'missing'} holds no training run."]
+
+
+def test_the_measured_throughputs_are_printed_as_the_cost_plan_takes_them(tmp_path):
+    folder = _finished_run(tmp_path / "results", ratio=1.02, backend="vllm")
+    # Generation: (30,000 + 10,000 + 20,000) tokens in (3 + 1 + 2) s; update: (50,000 + 2 x 40,000) in (5 + 3) s.
+    assert measured_throughput(folder) == (10_000, 16_250)
+    flags = plan_flags(folder)
+    assert flags == "--gen-tokens-per-s 10000 --train-tokens-per-s 16250 --measured-on Qwen/Qwen2.5-0.5B-Instruct"
+    command = [sys.executable, str(REPO / "scripts" / "cost_plan.py"), "--configfile", str(CONFIGS[0]), *flags.split()]
+    plan = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120
+    )
+    assert plan.returncode == 0, plan.stderr
+    assert "at 10,000 generated and 16,250 trained tokens per second" in plan.stdout
+    # A run whose training runs left no record has nothing to measure.
+    for run in TIMED:
+        (folder / "runs" / run / "run.json").unlink()
+    with pytest.raises(ValueError, match="holds no training run that timed its generation and update"):
+        measured_throughput(folder)

@@ -23,7 +23,7 @@ def test_importing_the_trainer_loads_no_pipeline_module_snakemake_or_matplotlib(
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "cgrpo"
 # The pipeline's rooms in import order: each may import the library and the rooms before it, never one after it.
-PIPELINE_ROOMS = ("sandbox", "tasks", "metrics", "configuration", "jobs", "analysis")
+PIPELINE_ROOMS = ("sandbox", "tasks", "metrics", "configuration", "jobs", "analysis", "planning")
 
 
 def _module_name(path: Path) -> str:

@@ -10,6 +10,7 @@ from cgrpo.pipeline.configuration.checks import ConfigError, check_config
 from cgrpo.pipeline.configuration.plugins import import_plugins
 from cgrpo.pipeline.configuration.schema_errors import validate_config
 from cgrpo.pipeline.configuration.specs import format_delta, format_grid
+from cgrpo.pipeline.jobs.devices import offer_devices
 from cgrpo.pipeline.jobs.vllm_backend import check_vllm_installed
 
 ##### config validation #####
@@ -72,6 +73,8 @@ claim_results_folder(record=False)
 onstart:
     try:
         check_vllm_installed(config)
+        # Before the first job starts: each GPU job of a local run claims one of the offered devices for itself.
+        offer_devices(workflow)
     except ValueError as error:
         raise WorkflowError(str(error)) from None
     claim_results_folder(record=True)

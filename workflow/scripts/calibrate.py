@@ -1,5 +1,13 @@
 """Fit the initial policy's conformal thresholds for one budget grid (rule calibrate)."""
 
+import os
+
+from cgrpo.pipeline.jobs.devices import claim_devices, log_claim
+
+# Before the imports below, any of which may initialize CUDA, which reads CUDA_VISIBLE_DEVICES once: this job's own GPU
+# where the run hands them out (cgrpo.pipeline.jobs.devices).
+os.environ.update(claim_devices(snakemake.resources.get("gpu", 0)))
+
 from pathlib import Path
 
 from cgrpo.pipeline.configuration.plugins import import_plugins
@@ -8,6 +16,7 @@ from cgrpo.pipeline.jobs.vllm_backend import prepare_vllm_job
 from cgrpo.pipeline.logs import log_to_file
 
 log_to_file(snakemake.log[0], threads=snakemake.threads)
+log_claim()
 prepare_vllm_job(snakemake.params.spec)
 # Each job is a fresh process: the tasks and stopping rules the config's plugins register must be imported again.
 import_plugins(snakemake.config["plugins"])

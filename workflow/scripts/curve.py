@@ -1,10 +1,19 @@
 """Sample every milestone model of one run, or the base model, on the eval split (rule curve)."""
 
+import os
+
+from cgrpo.pipeline.jobs.devices import claim_devices, log_claim
+
+# Before the imports below, any of which may initialize CUDA, which reads CUDA_VISIBLE_DEVICES once: this job's own GPU
+# where the run hands them out (cgrpo.pipeline.jobs.devices).
+os.environ.update(claim_devices(snakemake.resources.get("gpu", 0)))
+
 from cgrpo.pipeline.configuration.plugins import import_plugins
 from cgrpo.pipeline.jobs.curves import evaluate_curve
 from cgrpo.pipeline.logs import log_to_file
 
 log_to_file(snakemake.log[0], threads=snakemake.threads)
+log_claim()
 # Each job is a fresh process: the tasks and stopping rules the config's plugins register must be imported again.
 import_plugins(snakemake.config["plugins"])
 

@@ -6,6 +6,7 @@
 - `configuration`: the workflow config's checks, every job's typed spec, the method registry, provenance;
 - `jobs`: what a Snakemake job runs (base model, calibration, training, evaluation);
 - `analysis`: tables, figures and the replay, from the records the jobs wrote.
+- `planning`: what a config's run will cost, on the GPU and in its memory, before anything runs.
 
 `logs` sets up every job's log. Nothing in `cgrpo` itself imports this package: `from cgrpo import CGRPOConfig,
 CGRPOTrainer` loads the trainer library alone.

@@ -1,5 +1,6 @@
 """What a finished GPU smoke run (scripts/gpu_smoke.py) must show beyond having finished: the generation went through
-vLLM where the config says so, and C-GRPO refitted inside its training job, paths a silent fallback would skip."""
+vLLM where the config says so, and C-GRPO refitted inside its training job, paths a silent fallback would skip; and
+the throughputs it measured, as the cost plan (scripts/cost_plan.py) takes them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["gpu_run_problems", "job_times"]
+__all__ = ["gpu_run_problems", "job_times", "measured_throughput", "plan_flags"]
 
 # TRL logs the sampler's importance ratio only for completions vLLM generated.
 VLLM_RATIO = "sampling/importance_sampling_ratio/mean"
@@ -48,3 +49,35 @@ def job_times(results: str | Path) -> pd.DataFrame:
     ]
     table = pd.DataFrame(rows, columns=["job", "s", "max_rss"])
     return table.sort_values("s", ascending=False).reset_index(drop=True)
+
+
+def measured_throughput(results: str | Path) -> tuple[float, float]:
+    """Tokens generated per second of generation, and tokens (prompt and completion) through the update per second
+    of update, over every training run of the finished run in `results`, as their records count them: generation is
+    the training's and its calibrations', the initial one's included (`run.json`); the update is what the rest of the
+    training took, and trained what TRL counts (`num_tokens` in `steps.csv`, every trained row's prompt and
+    completion) times its `num_iterations` (the run's spec)."""
+    results = Path(results)
+    generated = generating = trained = updating = 0.0
+    for record_path in sorted(results.glob("runs/*/run.json")):
+        record = json.loads(record_path.read_text())
+        spec = json.loads((results / "specs" / "train" / f"{record_path.parent.name}.json").read_text())
+        epochs = int(spec["trainer"].get("num_iterations", 1))
+        generated += record["train_tokens_generated"] + record["calibration_tokens_generated"]
+        generating += record["generation_wall_s"] + record["calibration_wall_s"]
+        steps = pd.read_csv(record_path.parent / "steps.csv")
+        trained += steps["num_tokens"].max() * epochs
+        updating += record["update_wall_s"]
+    if not (generated and generating and trained and updating):
+        raise ValueError(
+            f"{results} holds no training run that timed its generation and update, so no throughput can be "
+            "measured: rerun the smoke run (python scripts/gpu_smoke.py)."
+        )
+    return generated / generating, trained / updating
+
+
+def plan_flags(results: str | Path) -> str:
+    """The cost plan's throughput flags as the finished run in `results` measured them, on the model it trained."""
+    generation, training = measured_throughput(results)
+    model = json.loads((Path(results) / "base_model" / "source.json").read_text())["path"]
+    return f"--gen-tokens-per-s {generation:.0f} --train-tokens-per-s {training:.0f} --measured-on {model}"

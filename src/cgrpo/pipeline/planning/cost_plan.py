@@ -6,13 +6,15 @@ schedule the trainer follows (`cgrpo.costs.calibration_steps`) and compute match
 (`matching.matched_group_size`). What only a run can tell is planned as stated in each job's `basis`: every stopping
 rule's training rollouts at the worst case, each prompt drawing the grid's largest budget (or at an expected mean
 `mean_k`), DAPO's at the least, one round per generation batch; completions at the configured maximum length (or an
-expected mean), prompts at `prompt_tokens` each.
+expected mean), prompts at `prompt_tokens` each. Every job that starts a vLLM engine pays its start-up
+(`Throughput.startup_s`); throughputs measured on another model are scaled to the planned one by parameter count
+(`Throughput.scaled`); the GPU memory of each job is `memory_plan`'s estimate.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import pandas as pd
@@ -20,11 +22,13 @@ import pandas as pd
 from ...config import CGRPOConfig
 from ...costs import calibration_steps, generation_span
 from ...stopping import get_rule
+from ..analysis.matching import matched_group_size
 from ..configuration.checks import generation_batch_size
 from ..configuration.methods import METHODS, grpo_run_name, static_runs
 from ..configuration.run_specs import train_spec
-from ..configuration.specs import TrainSpec, calibration_seed, format_grid, pool_samples
-from .matching import matched_group_size
+from ..configuration.specs import TrainSpec, calibration_seed, calibration_trainer_options, format_grid, pool_samples
+from .memory_plan import memory_jobs, memory_table, memory_warnings
+from .model_size import PUBLISHED, ModelSize
 
 __all__ = ["CALIBRATION_SHARE_LIMIT", "Throughput", "TokenCounts", "plan_jobs", "plan_report"]
 
@@ -50,13 +54,22 @@ class TokenCounts:
 
 @dataclass(frozen=True)
 class Throughput:
-    """What the GPU does per second: tokens generated, and tokens (prompt and completion) through the update."""
+    """What the GPU does per second: tokens generated, and tokens (prompt and completion) through the update; and
+    the seconds a job takes to start a vLLM engine (loading, compiling and capturing the model)."""
 
     generation: float
     training: float
+    startup_s: float = 0.0
 
-    def hours(self, generated: float, trained: float) -> float:
-        return (generated / self.generation + trained / self.training) / 3600
+    def hours(self, generated: float, trained: float, engine_starts: float = 0) -> float:
+        return (generated / self.generation + trained / self.training + engine_starts * self.startup_s) / 3600
+
+    def scaled(self, measured: ModelSize, planned: ModelSize) -> Throughput:
+        """These throughputs, measured on `measured`, on `planned`: inversely proportional to the parameter count,
+        as the compute per token is (2 FLOPs a parameter forward, more backward) and so are the bytes of weights a
+        memory-bound decoding step reads. Attention's share, which grows with the sequence, is left out."""
+        factor = measured.params / planned.params
+        return replace(self, generation=self.generation * factor, training=self.training * factor)
 
 
 # --------------------------------------------------------------------------- jobs
@@ -86,7 +99,7 @@ def _size(config: Config, split: str) -> int:
     return int(size)
 
 
-def _row(rule, job, method, prompts, rollouts, calibration, completion, tokens, trained, basis, **extra):
+def _row(rule, job, method, prompts, rollouts, calibration, completion, tokens, trained, basis, starts, **extra):
     return {
         "rule": rule,
         "job": job,
@@ -96,9 +109,19 @@ def _row(rule, job, method, prompts, rollouts, calibration, completion, tokens, 
         "calibration_rollouts": calibration,
         "generated_tokens": round(rollouts * completion),
         "trained_tokens": round(trained * (completion + tokens.prompt)),
+        "engine_starts": starts,
         "basis": basis,
         **extra,
     }
+
+
+def _colocated_engine(trainer: Mapping[str, Any]) -> int:
+    """1 where a job with `trainer` options starts a vLLM engine of its own (colocate mode), else 0."""
+    return int(bool(trainer.get("use_vllm")) and trainer.get("vllm_mode", "colocate") == "colocate")
+
+
+def _evaluation_engine(config: Config) -> int:
+    return int(config["evaluation"]["backend"] == "vllm")
 
 
 def _format_rate_job(config: Config, tokens: TokenCounts) -> dict[str, Any]:
@@ -106,9 +129,9 @@ def _format_rate_job(config: Config, tokens: TokenCounts) -> dict[str, Any]:
     completion = _completion(config, tokens, config["evaluation"]["max_new_tokens"])
     train = config["splits"]["sizes"]["train"]
     prompts = min(check["prompts"], train) if train else check["prompts"]
-    return _row(
-        "format_rate", "format_rate", "base", prompts, prompts * check["samples"], 0, completion, tokens, 0, "exact"
-    )
+    samples = prompts * check["samples"]
+    starts = _evaluation_engine(config)
+    return _row("format_rate", "format_rate", "base", prompts, samples, 0, completion, tokens, 0, "exact", starts)
 
 
 def _completion(config: Config, tokens: TokenCounts, length: int | None) -> float:
@@ -127,12 +150,15 @@ def _calibration_jobs(config: Config, tokens: TokenCounts) -> list[dict[str, Any
     completion = _completion(config, tokens, config["training"].get("max_completion_length"))
     seeds = sorted({calibration_seed(config, seed) for seed in config["seeds"]})
     examples = _calibration_examples(config, options)
+    starts = _colocated_engine(calibration_trainer_options(config))
     rows = []
     for grid in config["cgrpo"]["budget_grids"]:
         rollouts = examples * max(grid)
         for seed in seeds:
             job = f"calibration/{format_grid(grid)}/s{seed}"
-            rows.append(_row("calibrate", job, "cgrpo", examples, rollouts, rollouts, completion, tokens, 0, "exact"))
+            rows.append(
+                _row("calibrate", job, "cgrpo", examples, rollouts, rollouts, completion, tokens, 0, "exact", starts)
+            )
     return rows
 
 
@@ -159,11 +185,12 @@ def _training_job(config: Config, run: str, tokens: TokenCounts, mean_k: float |
     completion = _completion(config, tokens, spec.trainer.get("max_completion_length"))
     epochs = int(spec.trainer.get("num_iterations", 1))
     rule = "train_cgrpo" if METHODS[spec.method].calibrated else "train"
+    starts = _colocated_engine(spec.trainer)
     if spec.budget_grid is None:
         rollouts, basis = _fixed_group_rollouts(spec, steps, prompts, span)
         # DAPO trains on as many groups as GRPO; the groups it drops were drawn, not trained on.
         trained = prompts * spec.num_generations * epochs
-        return _row(rule, run, spec.method, prompts, rollouts, 0, completion, tokens, trained, basis)
+        return _row(rule, run, spec.method, prompts, rollouts, 0, completion, tokens, trained, basis, starts)
     largest = max(spec.budget_grid)
     training, basis = (round(prompts * mean_k), f"mean k {mean_k:g}") if mean_k else (prompts * largest, "worst case")
     if spec.cgrpo.get("drop_unanimous"):
@@ -183,6 +210,7 @@ def _training_job(config: Config, run: str, tokens: TokenCounts, mean_k: float |
         tokens,
         training * epochs,
         basis,
+        starts,
         reference_rollouts=prompts * largest,
         run_calibration_rollouts=calibration + initial,
     )
@@ -234,7 +262,8 @@ def _evaluation_job(config: Config, run: str, method: str, tokens: TokenCounts) 
     samples = pool_samples(config, run) * (evaluated + _size(config, "calibration"))
     completions = evaluated + samples
     completion = _completion(config, tokens, config["evaluation"]["max_new_tokens"])
-    return _row("evaluate", f"eval/{run}", method, evaluated, completions, 0, completion, tokens, 0, "exact")
+    starts = _evaluation_engine(config)
+    return _row("evaluate", f"eval/{run}", method, evaluated, completions, 0, completion, tokens, 0, "exact", starts)
 
 
 # --------------------------------------------------------------------------- totals, shares, warnings and the report
@@ -242,7 +271,9 @@ def _evaluation_job(config: Config, run: str, method: str, tokens: TokenCounts) 
 
 def method_totals(jobs: pd.DataFrame, throughput: Throughput) -> pd.DataFrame:
     """Per method: its training runs, training, calibration and evaluation rollouts, tokens and GPU-hours."""
-    jobs = jobs.assign(gpu_hours=throughput.hours(jobs["generated_tokens"], jobs["trained_tokens"]))
+    jobs = jobs.assign(
+        gpu_hours=throughput.hours(jobs["generated_tokens"], jobs["trained_tokens"], jobs["engine_starts"])
+    )
     training = jobs["rule"].isin(["train_cgrpo", "train", "calibrate"])
     evaluation = jobs["rule"].isin(["evaluate", "format_rate"])
     return (
@@ -307,29 +338,48 @@ def plan_warnings(shares: pd.DataFrame, totals: pd.DataFrame) -> list[str]:
 
 
 def plan_report(
-    config: Config, throughput: Throughput, tokens: TokenCounts = TokenCounts(), mean_k: float | None = None
+    config: Config,
+    throughput: Throughput,
+    tokens: TokenCounts = TokenCounts(),
+    mean_k: float | None = None,
+    model: ModelSize | None = None,
+    measured_on: ModelSize | None = None,
+    gpu_memory_gib: float = 80.0,
 ) -> str:
-    """The plan as text: how it counts, every job, the totals per method, the calibration shares and the warnings."""
+    """The plan as text: how it counts, every job, the totals per method, the calibration shares, each job's GPU
+    memory and the warnings. `model` is the size of the config's model (None: unknown, and its memory not estimated);
+    throughputs measured on `measured_on` are scaled to it."""
+    if measured_on is not None:
+        if model is None:
+            raise ValueError(
+                f"the throughputs were measured on {measured_on.name}, but the size of the config's model is unknown, "
+                "so they cannot be scaled to it: give --model-config or --model-params."
+            )
+        throughput = throughput.scaled(measured_on, model)
     jobs = plan_jobs(config, tokens, mean_k)
     totals = method_totals(jobs, throughput)
     shares = calibration_shares(jobs)
-    hours = throughput.hours(jobs["generated_tokens"], jobs["trained_tokens"])
+    hours = throughput.hours(jobs["generated_tokens"], jobs["trained_tokens"], jobs["engine_starts"])
+    memory, memory_notes = _memory_section(config, model, gpu_memory_gib, tokens.prompt)
     sections = [
         f"Cost plan of experiment {config['experiment']}: {len(jobs)} jobs that load the policy, "
         f"{hours.sum():,.1f} GPU-hours at {throughput.generation:,.0f} generated and {throughput.training:,.0f} "
-        "trained tokens per second.",
-        _assumptions(tokens, mean_k),
+        f"trained tokens per second and {throughput.startup_s:g} s per vLLM engine start.",
+        _assumptions(tokens, mean_k, model, measured_on),
         "## Jobs\n\n" + _markdown(jobs.assign(gpu_hours=hours).drop(columns=_RUN_COLUMNS, errors="ignore")),
         "## Per method\n\n" + _markdown(totals),
         "## Calibration share (of G = max(grid)'s training rollouts on the run's prompts)\n\n"
         + (_markdown(shares) if len(shares) else "No calibrated runs."),
+        memory,
     ]
-    warnings = plan_warnings(shares, totals)
+    warnings = plan_warnings(shares, totals) + memory_notes
     sections.append("## Warnings\n\n" + ("\n".join(f"- {line}" for line in warnings) if warnings else "None."))
     return "\n\n".join(sections) + "\n"
 
 
-def _assumptions(tokens: TokenCounts, mean_k: float | None) -> str:
+def _assumptions(
+    tokens: TokenCounts, mean_k: float | None, model: ModelSize | None, measured_on: ModelSize | None
+) -> str:
     completion = (
         f"{tokens.completion:g} tokens per completion (expected mean)"
         if tokens.completion is not None
@@ -340,11 +390,52 @@ def _assumptions(tokens: TokenCounts, mean_k: float | None) -> str:
         if mean_k
         else "at the worst case, every prompt drawing the grid's largest budget (--mean-k sets an expected mean)"
     )
+    if measured_on is None:
+        rates = "Throughputs as given, for the config's own model (--measured-on names another they were measured on)"
+    else:
+        rates = (
+            f"Throughputs measured on {measured_on.name} ({measured_on.params:,} parameters), scaled to "
+            f"{model.name} ({model.params:,}) by parameter count"
+        )
     return (
         f"Counted: {completion}; {tokens.prompt:g} prompt tokens per trained rollout (--prompt-tokens; the format_rate "
         f"table measures both). Stopping rules' training rollouts are unknown before they run: planned {stopping}. "
-        "Times exclude model loading and engine start-up."
+        f"{rates}. Times include each vLLM engine's start-up (--engine-startup-s), not the loading of the policy."
     )
+
+
+def _memory_section(
+    config: Config, model: ModelSize | None, gpu_gib: float, prompt_tokens: float
+) -> tuple[str, list[str]]:
+    """The GPU memory section of the report, and its warnings."""
+    heading = f"## GPU memory per job (GiB, on a GPU of {gpu_gib:g} GiB)"
+    reason = _unestimated(config, model)
+    if reason:
+        return f"{heading}\n\nNot estimated: {reason}.", []
+    jobs = memory_jobs(config, model, gpu_gib, prompt_tokens)
+    basis = (
+        f"{model.name}: {model.params:,} parameters, {model.kv_bytes_per_token() / 1024:g} KiB of KV cache a token "
+        f"in 16 bits ({model.source}). Rows at prompt plus maximum completion tokens (vllm_max_model_length where "
+        "--prompt-tokens is not given); CUDA context, fragmentation and vLLM's own activations and CUDA graphs not "
+        'counted (docs/clusters.md, "The memory estimate").'
+    )
+    return f"{heading}\n\n{basis}\n\n{_markdown(memory_table(jobs))}", memory_warnings(jobs, gpu_gib)
+
+
+def _unestimated(config: Config, model: ModelSize | None) -> str | None:
+    """Why the memory of `config`'s jobs cannot be estimated, or None."""
+    if config["base_model"]["bootstrap"]:
+        return "the workflow bootstraps the base model, whose size is known once it has"
+    if config["training"].get("use_cpu"):
+        return "training runs on CPU (training.use_cpu)"
+    if model is None:
+        return (
+            f"no config.json of {config['base_model']['path']} was found (in its folder, the Hugging Face cache, or "
+            f"among the published ones of {', '.join(PUBLISHED)}): give --model-config"
+        )
+    if not model.has_shapes:
+        return "only the parameter count is known (--model-params): give --model-config for the model's shapes"
+    return None
 
 
 def _markdown(table: pd.DataFrame) -> str:
