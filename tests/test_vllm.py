@@ -32,8 +32,9 @@ SHIPPED = Path(__file__).resolve().parents[1] / "resources" / "base_model" / "ar
 GRID = [2, 4, 8]
 PROMPTS_PER_STEP, CALIBRATION_EXAMPLES, CALIBRATION_BATCH = 4, 8, 4
 STEPS = 3
-# vLLM computes in bf16 on CPU (colocate mode passes no dtype): its weights, and its packed layers' outputs, agree
-# with the policy's to two bf16 roundings.
+# The colocated engine computes in float32 on CPU (`cgrpo.support.vllm_colocate.eager_cpu_engine`), as the policy
+# does; its weights agree with the policy's well within two bf16 roundings, the tolerance of the bf16 engine TRL builds
+# by default.
 BF16_TOLERANCE = 2.0**-7
 # Greedy completions this short end before the answer on some of the shipped model's solutions.
 GREEDY_PROMPTS, GREEDY_LENGTH = 16, 20
@@ -304,8 +305,16 @@ def test_padded_rows_have_importance_ratio_exactly_one(colocate):
         assert torch.all(batch["ratio"][pad] == 1.0)
         assert torch.all(torch.isnan(batch["sampling"][pad, 0]))
         assert torch.isfinite(batch["sampling"][real][batch["mask"][real].bool()]).all()
-    # vLLM samples in bf16 and the policy scores in float32, so real rows do get a correction.
+    # vLLM's float32 kernels and the policy's round differently, so real rows do get a (tiny) correction.
     assert any((batch["ratio"][~batch["pad"]] != 1.0).any() for batch in recorder.batches)
+
+
+def test_the_colocated_engine_on_cpu_is_eager_and_float32(colocate):
+    # TRL asks for a compiled engine in the model's dtype: on a CPU without AVX-512 its bf16 layers fell back to
+    # unpacked matmuls, and drew rows about 5 times slower than this one (docs/real-model.md).
+    trainer, _, _ = colocate
+    model_config = trainer.vllm_generation.llm.llm_engine.vllm_config.model_config
+    assert model_config.enforce_eager and model_config.dtype == torch.float32
 
 
 def test_policy_weights_reach_vllm_before_every_generation(colocate):

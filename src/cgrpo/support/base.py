@@ -13,7 +13,7 @@ from trl import GRPOConfig, GRPOTrainer
 from .learning_signal import equal_group_scales, record_learning_signal
 from .model_card import rewrite_card
 from .renames import quiet_trl_renames
-from .vllm_colocate import use_reloading_weight_sync
+from .vllm_colocate import eager_cpu_engine, use_reloading_weight_sync
 
 # Keys every trainer's `generation_totals` holds: rollouts and completion tokens generated in training (all
 # processes) and the seconds this process spent generating them. Evaluation-time generation is left out.
@@ -66,7 +66,8 @@ class SupportedGRPOTrainer(GRPOTrainer):
                 raise NotImplementedError(f"{name} does not support {argument}: {why}.")
         if self.generation_batch_fix is not None:
             check_generation_batch_fits(args, train_dataset, self.generation_batch_fix)
-        super().__init__(model, reward_funcs, args, train_dataset, *more, **kwargs)
+        with eager_cpu_engine(args):
+            super().__init__(model, reward_funcs, args, train_dataset, *more, **kwargs)
         if self.text_only_reason is not None and self._is_vlm:
             raise NotImplementedError(f"{name} supports text-only models: {self.text_only_reason}.")
         # TRL's colocate weight sync fails on vLLM's packed CPU layers (see `cgrpo.support.vllm_colocate`).

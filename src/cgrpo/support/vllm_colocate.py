@@ -1,4 +1,5 @@
-"""vLLM colocate mode: the CPU build's weight sync and whole prefills, and rows sampled with seeds of their own.
+"""vLLM colocate mode: the CPU build's eager engine, weight sync and whole prefills, and rows sampled with seeds of
+their own.
 
 On its CPU platform vLLM packs every linear layer's weight into a oneDNN (or AMX) kernel when it loads the model and
 leaves an empty tensor in the weight's place, so TRL's colocate sync, which feeds each policy tensor to the model's
@@ -12,8 +13,11 @@ samples; `seeded_rows` gives each row of a generation call a seed of its own, wh
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from functools import partial
+from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
 from ..vllm_streaming import replaced
@@ -27,6 +31,36 @@ if TYPE_CHECKING:
 # small machine, and sizes the KV cache by the VLLM_CPU_KVCACHE_SPACE environment variable (GiB) instead; sleep mode
 # needs a GPU; a short model length keeps the cache small.
 CPU_OPTIONS = {"vllm_gpu_memory_utilization": 0.1, "vllm_enable_sleep_mode": False, "vllm_max_model_length": 256}
+
+
+# Where a TRL release builds its colocated engine from (`LLM(...)`): 1.16's generation module, older releases' trainer.
+_ENGINE_MODULES = ("trl.generation.vllm_generation", "trl.trainer.grpo_trainer")
+
+
+@contextmanager
+def eager_cpu_engine(args) -> Iterator[None]:
+    """Within the block, a colocated engine TRL builds (for `args`) on vLLM's CPU platform computes in float32 and runs
+    eagerly, as the evaluation's engine does (`cgrpo.pipeline.jobs.vllm_backend.load_llm`) and as the policy computes.
+
+    TRL asks for the model's dtype, which vLLM's CPU platform takes as bfloat16, compiled with torch.compile, and takes
+    no option against either. On a CPU without native bfloat16 (AVX2 only) vLLM's bfloat16 layers fall back to unpacked
+    matmuls: SmolLM2-135M drew 32 seeded calibration rows in 83 s there, against 17 s in float32, and compiling added
+    2.5 minutes to the engine's start (docs/real-model.md). GPU platforms keep TRL's engine.
+    """
+    if not (args is not None and args.use_vllm and args.vllm_mode == "colocate") or find_spec("vllm") is None:
+        yield
+        return
+    from vllm.platforms import current_platform
+
+    modules = [sys.modules[name] for name in _ENGINE_MODULES if hasattr(sys.modules.get(name), "LLM")]
+    if not current_platform.is_cpu() or not modules:
+        yield
+        return
+    engine = modules[0].LLM
+    with ExitStack() as stack:
+        for module in modules:
+            stack.enter_context(replaced(module, "LLM", partial(engine, enforce_eager=True, dtype="float32")))
+        yield
 
 
 def use_reloading_weight_sync(trainer: GRPOTrainer) -> None:
