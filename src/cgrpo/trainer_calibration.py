@@ -132,8 +132,12 @@ class CalibrationMixin:
         first_seed = _seed(f"{self.args.seed}-{purpose}-{self.state.global_step}")
         batches = math.ceil(math.ceil(len(examples) / processes) / size)
         outcomes, tokens = {}, 0
+        # disable=None hides the bar where stderr is no terminal (a job's log file), which its redraws would litter.
         for b in tqdm(
-            range(batches), desc=f"C-GRPO {purpose}", disable=not self.accelerator.is_main_process, leave=False
+            range(batches),
+            desc=f"C-GRPO {purpose}",
+            disable=None if self.accelerator.is_main_process else True,
+            leave=False,
         ):
             chosen = mine[b * size : (b + 1) * size]
             prompts = [examples[i]["prompt"] for i in chosen for _ in range(budget)]

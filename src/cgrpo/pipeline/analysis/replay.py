@@ -121,7 +121,8 @@ def replay_frontier(
             f"The replay needs at least 4 prompts with pools to cross-fit, got {n}; evaluate more prompts."
         )
     result = np.zeros((len(rules), n, len(MEASURES)))
-    for r in tqdm(range(resplits), desc="replay re-splits", leave=False):
+    # disable=None: no bar where stderr is no terminal (the replay job's log file).
+    for r in tqdm(range(resplits), desc="replay re-splits", leave=False, disable=None):
         order = np.random.default_rng(purpose_seed(seed, f"replay-split-{r}")).permutation(n)
         folds = (order[: n // 2].tolist(), order[n // 2 :].tolist())
         for s, (name, value, rule) in enumerate(rules):

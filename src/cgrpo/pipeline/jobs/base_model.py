@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import sys
 import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -249,7 +250,8 @@ def _sft_config(output_dir: str, settings: BootstrapSettings, verbose: bool) -> 
         report_to=[],
         logging_strategy="steps" if verbose else "no",
         logging_steps=25,
-        disable_tqdm=not verbose,
+        # No bar where stderr is no terminal (a job's log file), which its redraws would litter.
+        disable_tqdm=not (verbose and sys.stderr.isatty()),
         dataloader_num_workers=0,
         dataset_kwargs={"skip_prepare_dataset": True},
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from typing import Any
 
@@ -93,7 +94,8 @@ def generate_completions(
     model.eval()
     completions: list[str] = []
     starts = range(0, len(texts), batch_size)
-    for index, start in enumerate(tqdm(starts, desc="sampling", disable=not progress)):
+    # disable=None hides the bar where stderr is no terminal (a job's log file), which its redraws would litter.
+    for index, start in enumerate(tqdm(starts, desc="sampling", disable=None if progress else True)):
         with _seeded(seed + index, model.device):
             completions += _generate_batch(model, tokenizer, texts[start : start + batch_size], generation_config)
     per_prompt = [completions[i * copies : (i + 1) * copies] for i in range(len(prompts))]
@@ -152,7 +154,8 @@ def generate_completions_vllm(
     )
     tokenizer = llm.get_tokenizer()
     texts = [as_text(tokenizer, prompt) for prompt in prompts]
-    outputs = llm.generate(texts, [SamplingParams(**option) for option in options], use_tqdm=progress)
+    params = [SamplingParams(**option) for option in options]
+    outputs = llm.generate(texts, params, use_tqdm=progress and sys.stderr.isatty())
     copies = 1 if greedy else num_samples
     ordered = [sorted(output.outputs, key=lambda sample: sample.index) for output in outputs]
     return [[sample.text for sample in samples] * (num_samples // copies) for samples in ordered]
