@@ -44,6 +44,8 @@ def test_a_budget_gives_every_run_its_milestones_and_steps_enough_to_spend_it():
         "rollouts": 6000,
         "include_calibration": True,
         "milestones": [1000, 2000, 3000, 4000, 5000, 6000],
+        # transformers' default decay, over the budget's share instead of the steps.
+        "lr_schedule": {"shape": "linear", "warmup_share": 0.0, "end_factor": 0.0},
     }
     # Two prompts a step of 32 rollouts each: 94 steps spend 6,016; one generation batch (8 steps) more.
     assert grpo.trainer["max_steps"] == 94 + 8
@@ -172,6 +174,137 @@ def test_the_calibrations_table_shows_each_calibration_prompt_set():
     table = budget_calibrations_table(copy.deepcopy(runs))
     assert table["prompt_set"].iloc[0] == "abc" and table["prompt_set"].isna().iloc[1]
     assert list(table["delta"]) == [0.3, 0.3]
+
+
+def test_runs_of_different_learning_rate_schedules_are_not_compared():
+    runs, curves = _records()
+    runs[0] = {**runs[0], "budget": {**runs[0]["budget"], "lr_schedule": {"shape": "cosine"}}}
+    with pytest.raises(ValueError, match="2 learning-rate schedules .* under one budget.lr_schedule"):
+        budget_tables(runs, curves, target_share=0.9, resamples=50)
+
+
+def _with_validation(runs, curves, validation: dict[str, list[float]], extra_grpo: bool = True):
+    """`_records` with a second fixed G (G=8, GRPO's curve less 0.1 on the eval prompts) and each run's validation
+    accuracy per prompt at the budget, by method and setting."""
+    runs, curves = copy.deepcopy(runs), copy.deepcopy(curves)
+    if extra_grpo:
+        for seed in (0, 1):
+            record = {**runs[0], "run": f"grpo_s{seed}_G8", "seed": seed, "num_generations": 8}
+            runs.append(record)
+            points = [_with(50, [0.4, 0.4], 5.0), _with(100, [0.9, 0.4], 10.0)]
+            curves.append({"run": record["run"], "points": points})
+    names = {record["run"]: methods.setting_label(record) for record in runs}
+    for curve in curves[1:]:
+        curve["points"][-1]["validation_per_prompt"] = validation[names[curve["run"]]]
+    return runs, curves
+
+
+def test_the_best_fixed_g_is_chosen_on_the_validation_prompts():
+    runs, curves = _records()
+    # G = 4 is better on the eval prompts, G = 8 on the validation prompts: the validation prompts choose.
+    validation = {"G=4": [0.2, 0.2, 0.2], "G=8": [0.6, 0.6, 0.6], "grid 2-4, delta auto, recal 0": [0.5, 0.5, 0.5]}
+    runs, curves = _with_validation(runs, curves, validation)
+    rows = budget_tables(runs, curves, target_share=0.9, resamples=50)["budget_comparison"].set_index("setting")
+    assert rows["best fixed G"].eq("G=8").all() and rows["best fixed G chosen on"].eq("validation prompts").all()
+    # Against G = 8 at the budget on the eval prompts: 1.0 - 0.65.
+    assert rows.loc["grid 2-4, delta auto, recal 0", "accuracy at budget minus best fixed G"] == pytest.approx(0.35)
+
+
+def test_without_validation_prompts_the_eval_prompts_choose_and_say_so():
+    runs, curves = _records()
+    rows = budget_tables(runs, curves, target_share=0.9, resamples=50)["budget_comparison"]
+    assert rows["best fixed G chosen on"].eq("eval prompts").all()
+
+
+def test_calibration_excluded_compares_at_the_rollouts_a_method_trained_on():
+    runs, curves = _records()
+    for curve in curves[2::2]:
+        # C-GRPO's trainer counted the 25 calibration rollouts: it trained on 25 and 75 of its 50 and 100.
+        for point in curve["points"]:
+            point["train_rollouts"] = point["rollouts"] - 25
+    rows = budget_tables(runs, curves, target_share=0.9, resamples=200)["budget_comparison"].set_index("method")
+    assert rows.loc["cgrpo", "training rollouts at budget"] == pytest.approx(75.0)
+    # GRPO's mean curve at 75 rollouts: halfway between 0.5 (50) and 0.75 (100).
+    excluded = "accuracy at budget minus best fixed G at equal training rollouts"
+    assert rows.loc["cgrpo", excluded] == pytest.approx(1.0 - 0.625)
+    assert rows.loc["cgrpo", "accuracy at budget minus best fixed G"] == pytest.approx(0.25)
+    # Beside every interval, the difference detectable with 80% power: 1.43 half-widths.
+    for name in ("accuracy at budget minus best fixed G", excluded):
+        low, high = rows.loc["cgrpo", [f"{name} 95% CI low", f"{name} 95% CI high"]]
+        assert rows.loc["cgrpo", f"{name} detectable at 80% power"] == pytest.approx((high - low) / 2 * 1.4286, 1e-3)
+
+
+def test_the_learning_rate_sweep_marks_each_methods_best_rate_on_validation_prompts():
+    config = _config(
+        "config/budget.yaml",
+        learning_rates={"sweep": [0.5, 1, 2], "by_method": {"esc": 3e-4}},
+        splits={"sizes": {"train": 1024, "calibration": 96, "eval": 256, "validation": 64}},
+    )
+    runs = methods.static_runs(config)
+    assert {"grpo_s0_G4", "grpo_s0_G4_lrx0.5", "grpo_s0_G4_lrx2"} <= set(runs)
+    name = methods.parse_run_name("esc_s1_g2-4-8-16-32_t4_weq_lrx0.5")
+    assert (name.method, name.stop_setting, name.group_weighting, name.lr_factor) == ("esc", 4, "equal", 0.5)
+    rates = {
+        run: run_specs.train_spec(config, run, "m", "s", "c").trainer["learning_rate"]
+        for run in ("grpo_s0_G4_lrx2", "grpo_s0_G4", "esc_s0_g2-4-8-16-32_t4_lrx0.5")
+    }
+    assert rates == pytest.approx(
+        {"grpo_s0_G4_lrx2": 2e-4, "grpo_s0_G4": 1e-4, "esc_s0_g2-4-8-16-32_t4_lrx0.5": 1.5e-4}
+    )
+    # The sweep's table: each method's multiple with the best mean validation accuracy over its settings.
+    records, curves = _records()
+    swept = []
+    for record in records:
+        for factor in (0.5, 1.0):
+            swept.append({**record, "learning_rate": 1e-4 * factor, "learning_rate_factor": factor})
+            swept[-1]["run"] = record["run"] + methods.lr_suffix(factor)
+    curves = [curves[0]] + [
+        {**copy.deepcopy(curve), "run": curve["run"] + methods.lr_suffix(factor)}
+        for curve in curves[1:]
+        for factor in (0.5, 1.0)
+    ]
+    validation = {
+        "G=4, lr x0.5": [0.2, 0.4],
+        "G=4": [0.5, 0.5],
+        "grid 2-4, delta auto, recal 0, lr x0.5": [0.9, 0.9],
+        "grid 2-4, delta auto, recal 0": [0.1, 0.3],
+    }
+    swept, curves = _with_validation(swept, curves, validation, extra_grpo=False)
+    sweep = budget_tables(swept, curves, target_share=0.9, resamples=50)["lr_sweep"]
+    chosen = sweep[sweep["chosen"]].set_index("method")["learning rate multiple"]
+    assert chosen.to_dict() == {"grpo": 1.0, "cgrpo": 0.5}
+    row = sweep[(sweep["method"] == "grpo") & (sweep["learning rate multiple"] == 0.5)].iloc[0]
+    assert row["validation accuracy at budget"] == pytest.approx(0.3) and row["learning rate"] == pytest.approx(5e-5)
+    assert row["validation accuracy at budget 95% CI low"] <= 0.3 <= row["validation accuracy at budget 95% CI high"]
+
+
+def test_a_calibrated_rule_calibrates_once_under_a_budget_unless_told_otherwise():
+    plain = _config(cgrpo={"ablations": {"rules": ["signal"]}})
+    spec = run_specs.train_spec(plain, "signal_s0_g2-4-8-16-32_t0.2", "m", "s").to_dict()
+    assert "recalibrate_every" not in spec["cgrpo"]
+    budgeted = _config(cgrpo={"ablations": {"rules": ["signal", "esc"]}}, budget={"rollouts": 6000})
+    assert run_specs.train_spec(budgeted, "signal_s0_g2-4-8-16-32_t0.2", "m", "s").cgrpo["recalibrate_every"] == 0
+    assert "recalibrate_every" not in run_specs.train_spec(budgeted, "esc_s0_g2-4-8-16-32_t4", "m", "s").cgrpo
+    every = _config(cgrpo={"ablations": {"rules": ["signal"], "recalibrate_every": 20}}, budget={"rollouts": 6000})
+    assert run_specs.train_spec(every, "signal_s0_g2-4-8-16-32_t0.2", "m", "s").cgrpo["recalibrate_every"] == 20
+
+
+@pytest.mark.parametrize(
+    ("sections", "message"),
+    [
+        ({"learning_rates": {"by_method": {"gpro": 1e-4}}}, "names 'gpro', which is no method .* did you mean 'grpo'"),
+        ({"learning_rates": {"sweep": [0.5, 1]}}, "set budget.rollouts and splits.sizes.validation"),
+        (
+            {"cgrpo": {"ablations": {"rules": ["signal"], "settings": {"signal": [0.05]}}}},
+            "delta 0.05, which needs at least 19 informative control prompts, but the signal rule controls on 16",
+        ),
+    ],
+)
+def test_learning_rates_and_unattainable_signal_deltas_are_refused_with_one_sentence(sections, message):
+    from cgrpo.pipeline.configuration.checks import ConfigError, check_config
+
+    with pytest.raises(ConfigError, match=message):
+        check_config(_config(**sections))
 
 
 @pytest.mark.parametrize(

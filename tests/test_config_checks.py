@@ -72,10 +72,12 @@ def _objects(schema, path="config"):
 def test_every_config_section_refuses_unknown_keys():
     # The sections the schema leaves open are checked against the classes they become (below): GRPOConfig for the
     # trainer sections, LoraConfig for peft, the bootstrap's settings and the task's factory for the options; the maps
-    # keyed by stopping rule against the registry and each rule's options (check_stopping_rules).
+    # keyed by stopping rule against the registry and each rule's options (check_stopping_rules), the map keyed by
+    # method against the methods (check_learning_rates).
     checked_elsewhere = {
         "$defs.trainer_overrides",
         "config.cgrpo.ablations.settings",
+        "config.learning_rates.by_method",
         "config.replay.settings",
         "config.replay.options",
         "config.training",

@@ -9,6 +9,7 @@ import pandas as pd
 from cgrpo.pipeline.analysis.digest import budget_digest, verdict_digest
 
 DIFFERENCE = "accuracy at budget minus best fixed G"
+EXCLUDED = f"{DIFFERENCE} at equal training rollouts"
 
 
 def _row(method: str, label: str, setting: str, accuracy: float, difference: float, low: float, high: float) -> dict:
@@ -24,6 +25,10 @@ def _row(method: str, label: str, setting: str, accuracy: float, difference: flo
         DIFFERENCE: difference,
         f"{DIFFERENCE} 95% CI low": low,
         f"{DIFFERENCE} 95% CI high": high,
+        f"{DIFFERENCE} detectable at 80% power": (high - low) / 2 * 1.43,
+        EXCLUDED: difference + 0.01,
+        f"{EXCLUDED} 95% CI low": low + 0.01,
+        f"{EXCLUDED} 95% CI high": high + 0.01,
         "AUC minus best fixed G": difference,
         "rollouts to target": math.inf if difference < 0 else 3000.0,
         "CPU seconds to target": math.inf if difference < 0 else 20.4,
@@ -45,16 +50,20 @@ def test_the_verdict_names_the_best_fixed_g_unless_a_method_beats_it_beyond_its_
         _row("cgrpo", "C-GRPO", "delta auto", 0.54, -0.03, -0.05, -0.01),
         _row("signal", "Signal stop", "0.1", 0.565, -0.005, -0.02, 0.01),
     ]
-    line = verdict_digest({"arithmetic": _folder(tmp_path, rows)}).splitlines()[2]
-    cells = [cell.strip() for cell in line.strip("|").split("|")]
+    digest = verdict_digest({"arithmetic": _folder(tmp_path, rows)})
+    cells = [cell.strip() for cell in digest.splitlines()[2].strip("|").split("|")]
     assert cells[0] == "arithmetic, 4,096 rollouts"
     assert cells[1] == "GRPO G=4: 0.570 [0.520, 0.620]"
-    assert cells[2] == "3,000 rollouts, 20 CPU s"
-    assert cells[3] == "-0.030 [-0.050, -0.010] (delta auto)"
-    assert cells[4] == "not reached"
-    assert cells[5] == "Signal stop: -0.005 [-0.020, 0.010]"
-    # Nothing beats G = 4 beyond its interval; the intervals of the three non-GRPO rows are 0.02 and 0.015 wide.
-    assert cells[6] == "GRPO G=4" and cells[7] == "+-0.018"
+    # Real minus signs, both views of calibration.
+    assert cells[2] == "−0.030 (−0.050 to −0.010), delta auto"
+    assert cells[3] == "−0.020 (−0.040 to 0.000)"
+    assert cells[4] == "Signal stop: −0.005 (−0.020 to 0.010)"
+    # Nothing beats G = 4 beyond its interval; detectable at 80% power is 1.43 half-widths, averaged over the two
+    # methods other than GRPO (half-widths 0.02 and 0.015).
+    assert cells[5] == "GRPO G=4" and cells[6] == f"±{(0.02 + 0.015) / 2 * 1.43:.3f}"
+    # The table reads alone: every term it uses is defined under it.
+    for term in ("Rollout", "Best fixed G", "Calibration excluded", "Detectable (80% power)", "ESC"):
+        assert f"**{term}**" in digest
 
 
 def test_a_method_above_the_best_fixed_g_beyond_its_interval_is_the_one_to_use(tmp_path):

@@ -34,7 +34,9 @@ def _cgrpo_record(dynamic_totals: dict | None = None) -> dict:
         generation_totals=totals,
         calibration_history=[],
         budget_histogram=Counter({2: 8, 8: 3}),
-        args=SimpleNamespace(num_generations=8, steps_per_generation=1, stopping_rule="conformal", stop_share=0.75),
+        args=SimpleNamespace(
+            num_generations=8, steps_per_generation=1, stopping_rule="conformal", stop_share=0.75, learning_rate=1e-4
+        ),
         state=SimpleNamespace(global_step=5),
         dynamic_totals=dynamic_totals,
     )
@@ -114,7 +116,9 @@ def test_a_rule_that_calibrates_in_the_trainer_counts_its_calibration():
         generation_totals=totals,
         calibration_history=[fit],
         budget_histogram=Counter({2: 8, 8: 2}),
-        args=SimpleNamespace(num_generations=8, steps_per_generation=1, stopping_rule="signal", stop_share=0.75),
+        args=SimpleNamespace(
+            num_generations=8, steps_per_generation=1, stopping_rule="signal", stop_share=0.75, learning_rate=1e-4
+        ),
         stopping_rule=SimpleNamespace(setting=lambda: 0.1),
         state=SimpleNamespace(global_step=5),
     )

@@ -18,6 +18,7 @@ from cgrpo.pipeline.tasks.splits import (
     load_split,
     load_splits,
     make_splits,
+    split_names,
 )
 
 SIZES = {"train": 300, "calibration": 60, "eval": 60}
@@ -151,6 +152,20 @@ def test_computation_splits_hold_no_two_problems_with_the_same_operations_and_nu
     assert f"Left out {removed} near-duplicate(s)" in caplog.text
     # Text deduplication writes the manifest it always wrote.
     assert "dedupe" not in json.loads((tmp_path / "text" / "manifest.json").read_text())
+
+
+def test_a_validation_split_shares_no_computation_with_train_calibration_or_eval(tmp_path):
+    # The budget configs' mix: choices made on the validation prompts must not have seen their arithmetic anywhere.
+    pool = get_task("arithmetic", num_examples=4000, difficulty={"medium": 0.7, "hard": 0.3}).load()
+    sizes = {"train": 256, "calibration": 48, "eval": 128, "validation": 64}
+    make_splits(pool, tmp_path, sizes=sizes, seed=0, dedupe="computation")
+    assert split_names(tmp_path) == list(sizes)
+    signatures = {
+        name: {computation_signature(row["answer"]) for row in load_split(tmp_path, name).to_list()} for name in sizes
+    }
+    assert {name: len(found) for name, found in signatures.items()} == sizes
+    for name in ("train", "calibration", "eval"):
+        assert not signatures["validation"] & signatures[name], name
 
 
 def test_computation_dedupe_too_small_a_pool_fails_naming_the_fix(tmp_path):

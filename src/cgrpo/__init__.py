@@ -8,7 +8,8 @@ The package is the trainer library:
   `trainer_checks`, `trainer_state`, `padding` and `vllm_streaming`), and the stopping rules as plug-ins (`stopping`);
 - DAPO's dynamic sampling for TRL's GRPO (`dapo`: `DynamicSamplingConfig`, `DynamicSamplingGRPOTrainer`, and the
   sampler C-GRPO reuses with `drop_unanimous=True`);
-- a compute budget for any GRPO trainer (`budget`: `RolloutBudget`);
+- a compute budget for any GRPO trainer (`budget`: `RolloutBudget`), and a learning-rate schedule over it
+  (`budget_schedule`: `BudgetLRSchedule`);
 - what the trainers share, below them all (`support`).
 
 The experiment pipeline built on it lives in `cgrpo.pipeline`, which nothing here imports.
@@ -21,6 +22,7 @@ import importlib
 __version__ = "0.1.0"
 
 __all__ = [
+    "BudgetLRSchedule",
     "CGRPOConfig",
     "CGRPOTrainer",
     "DynamicSamplingConfig",
@@ -32,6 +34,7 @@ __all__ = [
 # TRL takes seconds to import; loading the trainer on first use keeps the pure modules (conformal, calibration)
 # and the pipeline's table and plot steps fast.
 _LAZY = {
+    "BudgetLRSchedule": "cgrpo.budget_schedule",
     "CGRPOConfig": "cgrpo.config",
     "CGRPOTrainer": "cgrpo.trainer",
     "DynamicSamplingConfig": "cgrpo.dapo",

@@ -42,18 +42,19 @@ CLOCKS = ("cpu", "wall")
 MILESTONES_FILE = "milestones.json"
 
 
-def rollouts_generated(trainer: GRPOTrainer, include_calibration: bool = True) -> int:
+def rollouts_generated(trainer: GRPOTrainer, include_calibration: bool = True, *, in_step: bool = False) -> int:
     """Rollouts `trainer` has generated in training (all processes), with its calibrations' if it has any and
     `include_calibration`.
 
     The project's trainers count them as they generate (`rollouts_generated`); TRL's `GRPOTrainer` generates
-    `generation_batch_size` rows at the start of every generation batch, so its count follows from the steps taken.
+    `generation_batch_size` rows at the start of every generation batch, so its count follows from the steps taken:
+    with `in_step`, read inside an optimizer step before the trainer counts it, that step's generation is included.
     """
     own = getattr(trainer, "rollouts_generated", None)
     if own is not None:
         return int(own(include_calibration))
     args = trainer.args
-    micro_steps = trainer.state.global_step * args.gradient_accumulation_steps
+    micro_steps = (trainer.state.global_step + int(in_step)) * args.gradient_accumulation_steps
     return math.ceil(micro_steps / _generate_every(args)) * args.generation_batch_size
 
 
@@ -81,8 +82,9 @@ class RolloutBudget(TrainerCallback):
     Attributes:
         stopped_at_step (`int | None`): the optimizer step training was ended at by the budget, None if it was not.
         milestones_kept (`list[dict]`): per milestone reached: `milestone`, `step`, `rollouts` (as counted for the
-            budget), `train_rollouts`, `cpu_s` and `wall_s` (CPU and wall-clock seconds since training began,
-            snapshot saving excluded) and `path` (or None). A resumed run may set it to the milestones kept before.
+            budget), `train_rollouts`, `learning_rate` (the scheduler's after the step: under `BudgetLRSchedule` the
+            step's own), `cpu_s` and `wall_s` (CPU and wall-clock seconds since training began, snapshot saving
+            excluded) and `path` (or None). A resumed run may set it to the milestones kept before.
 
     The stop is logged as `budget/stopped_at_step`, `budget/rollouts` and `budget/seconds`.
     """
@@ -172,6 +174,7 @@ class RolloutBudget(TrainerCallback):
             "step": step,
             "rollouts": rollouts,
             "train_rollouts": rollouts_generated(self.trainer, include_calibration=False),
+            "learning_rate": _learning_rate(self.trainer),
             "cpu_s": self._elapsed("cpu_s"),
             "wall_s": self._elapsed("wall_s"),
             "path": None,
@@ -185,6 +188,13 @@ class RolloutBudget(TrainerCallback):
         self.milestones_kept += [{"milestone": milestone, **record} for milestone in reached]
         if self.folder is not None and self.trainer.is_world_process_zero():
             (self.folder / MILESTONES_FILE).write_text(json.dumps(self.milestones_kept, indent=1) + "\n")
+
+
+def _learning_rate(trainer: GRPOTrainer) -> float:
+    """The trainer's learning rate as its scheduler left it after the step (under `BudgetLRSchedule`, the one the step's
+    update used: both read the same share of the budget)."""
+    scheduler = trainer.lr_scheduler
+    return float(scheduler.get_last_lr()[0] if scheduler is not None else trainer.args.learning_rate)
 
 
 def _check_budget(trainer, max_rollouts, max_seconds, clock, milestones) -> None:

@@ -201,7 +201,7 @@ REPLAY_TABLES = ["replay", "replay_at_cgrpo"]
 BASE_MODEL_TABLES = ["format_rate"]
 
 
-BUDGET_TABLES = ["learning_curve", "budget_comparison", "budget_curve", "budget_calibrations"]
+BUDGET_TABLES = ["learning_curve", "budget_comparison", "budget_curve", "budget_calibrations", "lr_sweep"]
 
 
 def budgeted():

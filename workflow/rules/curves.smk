@@ -57,6 +57,13 @@ rule learning_curves:
             labels={"table": "calibrations"},
         ),
         budget_calibrations_md="results/{exp}/tables/budget_calibrations.md",
+        lr_sweep=report(
+            "results/{exp}/tables/lr_sweep.csv",
+            caption="../report/lr_sweep.rst",
+            category="Learning curves",
+            labels={"table": "learning-rate sweep"},
+        ),
+        lr_sweep_md="results/{exp}/tables/lr_sweep.md",
         plot=report(
             "results/{exp}/plots/learning_curves.png",
             caption="../report/learning_curves.rst",

@@ -25,9 +25,13 @@ bound (too few informative calibration prompts: ``n + 1 > 1 / delta``), no unifo
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import Any
 
 from .base import Pools, StoppingRule, register
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["SignalRule", "reward_pattern"]
 
@@ -81,6 +85,15 @@ class SignalRule(StoppingRule):
             m = len(informative)
             if m and (lost + 1) / (m + 1) <= self.options["delta"]:
                 level = candidate
+        if level < 0:
+            logger.warning(
+                "The signal rule's delta %g needs at least %d informative control prompts, and its calibration found "
+                "%d of %d: it stops no uniform group early; give it more calibration prompts or a larger delta.",
+                self.options["delta"],
+                math.ceil(1 / self.options["delta"] - 1 - 1e-9),
+                len(informative),
+                n - half,
+            )
         return {
             "delta": float(self.options["delta"]),
             "lambda": level,

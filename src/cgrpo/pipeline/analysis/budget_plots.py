@@ -7,42 +7,58 @@ from pathlib import Path
 import pandas as pd
 
 from . import styles
-from .plots import _row_color, _save, _setting_colors, plt
+from .plots import _save, plt
 
-__all__ = ["plot_learning_curves"]
+__all__ = ["plot_learning_curves", "shown_settings"]
+
+
+def shown_settings(curve: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (method, setting) pairs the figure draws: the best fixed G, and every other method's setting most accurate
+    at the budget, one line per method in its own colour (the tables hold the rest)."""
+    at_budget = curve[curve["rollouts"] == curve["rollouts"].max()]
+    best_fixed = at_budget["best fixed G"].iloc[0]
+    shown = [("grpo", best_fixed)]
+    for method, rows in at_budget[at_budget["method"] != "grpo"].groupby("method", sort=False):
+        shown.append((method, rows.loc[rows["sampled accuracy"].idxmax(), "setting"]))
+    return shown
 
 
 def plot_learning_curves(curve: pd.DataFrame, path: str | Path) -> None:
-    """Three panels, one line per method and setting (mean over seeds and eval prompts, read on the common grid):
-    sampled accuracy against rollouts generated, its paired difference to the best fixed G with a 95% band, and
-    sampled accuracy against CPU seconds. The target accuracy is the dashed line."""
-    colors = _setting_colors(curve)
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
-    for (method, setting), group in curve.groupby(["method", "setting"], sort=False):
-        color = _row_color(colors, group)
-        look = {"color": color, "marker": styles.style(method).marker, "markevery": 4, "ms": 5}
-        axes[0].plot(group["rollouts"], group["sampled accuracy"], label=f"{group['label'].iloc[0]} {setting}", **look)
-        axes[1].plot(group["rollouts"], group["difference to best fixed G"], **look)
-        axes[1].fill_between(
+    """Four panels, one line per method (its setting most accurate at the budget; GRPO at the best fixed G): sampled
+    accuracy against rollouts generated (calibration included), against training rollouts (calibration excluded) and
+    against CPU seconds, and the paired difference to the best fixed G with its 95% band. Solid lines are methods; the
+    dashed line is the target accuracy, the dotted one no difference."""
+    fig, axes = plt.subplots(2, 2, figsize=(12, 9))
+    (by_rollouts, by_training), (difference, by_cpu) = axes
+    for method, setting in shown_settings(curve):
+        group = curve[(curve["method"] == method) & (curve["setting"] == setting)]
+        look = {"color": styles.style(method).color, "marker": styles.style(method).marker, "markevery": 4, "ms": 5}
+        label = f"{group['label'].iloc[0]} ({setting})"
+        by_rollouts.plot(group["rollouts"], group["sampled accuracy"], label=label, **look)
+        by_training.plot(group["training rollouts"], group["sampled accuracy"], **look)
+        by_cpu.plot(group["CPU seconds"], group["sampled accuracy"], **look)
+        difference.plot(group["rollouts"], group["difference to best fixed G"], **look)
+        difference.fill_between(
             group["rollouts"],
             group["difference to best fixed G 95% CI low"],
             group["difference to best fixed G 95% CI high"],
-            color=color,
+            color=look["color"],
             alpha=0.12,
         )
-        axes[2].plot(group["CPU seconds"], group["sampled accuracy"], **look)
     target = curve["target accuracy"].iloc[0]
-    for ax in (axes[0], axes[2]):
+    for ax in (by_rollouts, by_training, by_cpu):
         ax.axhline(target, color=styles.REFERENCE, linestyle="--", linewidth=1)
         ax.set_ylabel("sampled accuracy (mean@k, eval prompts)")
-    axes[1].axhline(0.0, color=styles.REFERENCE, linewidth=0.8)
-    axes[1].set_ylabel(f"difference to the best fixed G ({curve['best fixed G'].iloc[0]})")
-    axes[0].set_xlabel("rollouts generated (calibration included)")
-    axes[1].set_xlabel("rollouts generated (calibration included)")
-    axes[2].set_xlabel("CPU seconds (training and calibration)")
-    axes[0].set_title("accuracy at an equal rollout budget")
-    axes[1].set_title("paired difference, 95% bootstrap band")
-    axes[2].set_title("accuracy against CPU time")
-    fig.legend(loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, -0.12))
-    fig.tight_layout()
+    difference.axhline(0.0, color=styles.REFERENCE, linestyle=":", linewidth=1)
+    difference.set_ylabel(f"accuracy minus the best fixed G ({curve['best fixed G'].iloc[0]})")
+    by_rollouts.set_xlabel("rollouts generated (calibration included)")
+    by_training.set_xlabel("training rollouts (calibration excluded)")
+    difference.set_xlabel("rollouts generated (calibration included)")
+    by_cpu.set_xlabel("CPU seconds (training and calibration)")
+    by_rollouts.set_title("at an equal rollout budget, calibration counted")
+    by_training.set_title("at equal training rollouts, calibration excluded")
+    difference.set_title("paired difference to the best fixed G, 95% bootstrap band")
+    by_cpu.set_title("against CPU time")
+    fig.legend(loc="lower center", ncol=3, fontsize=9, bbox_to_anchor=(0.5, -0.04))
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     _save(fig, path)

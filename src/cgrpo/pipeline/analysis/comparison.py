@@ -51,6 +51,9 @@ BY_METHOD_METRICS = {
     "eval_mean_at_k": "sampled accuracy (mean@k)",
     "rollouts_per_prompt": "rollouts per training prompt (incl. calibration)",
     "total_rollouts_generated": "rollouts generated (training + calibration)",
+    # The two parts, so that a calibration's cost reads as a stated cost beside what training drew.
+    "train_rollouts_generated": "training rollouts generated",
+    "calibration_rollouts_generated": "calibration rollouts generated",
     "total_wall_s": "wall clock (s, training + calibration)",
     "train_mean_k": "mean group size k",
     "train_rollout_savings": "rollout savings",

@@ -3,8 +3,8 @@
 
 - `by_method_digest`: the main columns of a step-count experiment's `by_method` table;
 - `budget_digest`: a budgeted experiment's `budget_comparison`, each method against the best fixed group size;
-- `verdict_digest`: one line per budgeted experiment: which method to use at an equal rollout budget, by how much,
-  and the smallest difference the run could detect;
+- `verdict_digest`: one line per budgeted experiment: which method to use at an equal rollout budget, by how much
+  (calibration counted and excluded), and the smallest difference the run detects with 80% power;
 - `screen_digest`: the difficulty screen's candidate mixes and each rule's best saving;
 - `frontier_digest` and `frontier_at_cgrpo_digest`: a training frontier's points, and every method at C-GRPO's cost;
 - `paired_digest`: C-GRPO minus each baseline, seed by seed.
@@ -120,12 +120,42 @@ def _to_target(row: Mapping) -> str:
     return f"{_number(row['rollouts to target'], 0)} rollouts, {_number(row['CPU seconds to target'], 0)} CPU s"
 
 
+COUNTED = "accuracy at budget minus best fixed G"
+EXCLUDED = "accuracy at budget minus best fixed G at equal training rollouts"
+DETECTABLE = "detectable at 80% power"
+# What the verdict table's terms mean, printed under it so that it reads without another page.
+VERDICT_TERMS = """\
+- **Rollout**: one sampled completion. Every method stops at the same number of rollouts, its calibration's included.
+- **Best fixed G**: the GRPO group size most accurate at the budget on the validation prompts, which the reported
+  accuracies (eval prompts) never choose.
+- **Minus it, calibration counted**: the method's accuracy at the budget minus the best fixed G's, both having drawn
+  the same rollouts. **Calibration excluded**: minus the best fixed G's at the rollouts the method trained on, as in a
+  long run where one calibration amortizes.
+- **Accuracy**: the share of right answers among 8 samples per eval prompt, averaged over the seeds and prompts; in
+  brackets, a 95% bootstrap interval over seeds and prompts, paired between methods.
+- **Detectable (80% power)**: the smallest difference the run finds four times in five; a difference inside it may
+  still exist.
+- **ESC** stops a prompt once its latest answers agree; the **signal rule** stops where the whole group would likely
+  hold no signal (rewards all equal)."""
+
+
+def _difference(row: Mapping, column: str) -> str:
+    """`difference (low to high)`, with a real minus sign."""
+    value, low, high = row[column], row[f"{column} {LOW}"], row[f"{column} {HIGH}"]
+    return f"{_signed(value)} ({_signed(low)} to {_signed(high)})"
+
+
+def _signed(value: float) -> str:
+    return f"{value:.3f}".replace("-", "−")
+
+
 def verdict_digest(folders: Mapping[str, Path]) -> str:
-    """Per budgeted experiment (`{description: folder}`): the best fixed G and what it needs to reach the target,
-    C-GRPO's and the best other stopping rule's difference to it at the budget, the method to use, and the smallest
-    difference the run resolves (the mean half-width of its paired intervals)."""
-    header = ["task, budget", "best fixed G at the budget", "its cost to target", "C-GRPO minus it (best setting)"]
-    header += ["C-GRPO to target", "best other rule minus it", "use", "resolves"]
+    """Per budgeted experiment (`{description: folder}`): the best fixed G, C-GRPO's and the best other method's
+    difference to it with calibration counted and excluded, the method to use, and the smallest difference the run
+    detects with 80% power (the mean over the methods' paired differences); then the terms, one line each."""
+    header = ["task, budget", "best fixed G (chosen on validation)", "C-GRPO minus it, calibration counted"]
+    header += ["C-GRPO minus it, calibration excluded", "best other method minus it, calibration counted"]
+    header += ["method to use", "detectable (80% power)"]
     rows = []
     for description, folder in folders.items():
         table = pd.read_csv(Path(folder) / "budget_comparison.csv")
@@ -133,23 +163,21 @@ def verdict_digest(folders: Mapping[str, Path]) -> str:
         best = table[(table["method"] == "grpo") & (table["setting"] == first["best fixed G"])].iloc[0]
         cgrpo = _best_other(table, lambda m: m == "cgrpo")
         other = _best_other(table, lambda m: ~m.isin(["cgrpo", "grpo"]))
-        difference = "accuracy at budget minus best fixed G"
-        beats = table[(table[f"{difference} {LOW}"] > 0) & (table["method"] != "grpo")]
+        beats = table[(table[f"{COUNTED} {LOW}"] > 0) & (table["method"] != "grpo")]
         use = f"GRPO {best['setting']}" if beats.empty else f"{beats.iloc[0]['label']} {beats.iloc[0]['setting']}"
-        width = ((table[f"{difference} {HIGH}"] - table[f"{difference} {LOW}"]) / 2)[table["method"] != "grpo"]
+        detectable = table.loc[table["method"] != "grpo", f"{COUNTED} {DETECTABLE}"].mean()
         rows.append(
             [
                 f"{description}, {_number(first['budget'], 0)} rollouts",
                 f"GRPO {best['setting']}: {_cell(best, 'accuracy at budget')}",
-                _to_target(best),
-                "not run" if cgrpo is None else f"{_cell(cgrpo, difference)} ({cgrpo['setting']})",
-                "not run" if cgrpo is None else _to_target(cgrpo),
-                "not run" if other is None else f"{other['label']}: {_cell(other, difference)}",
+                "not run" if cgrpo is None else f"{_difference(cgrpo, COUNTED)}, {cgrpo['setting']}",
+                "not run" if cgrpo is None else _difference(cgrpo, EXCLUDED),
+                "not run" if other is None else f"{other['label']}: {_difference(other, COUNTED)}",
                 use,
-                f"+-{_number(width.mean(), 3)}",
+                f"±{_number(detectable, 3)}",
             ]
         )
-    return _table(header, rows)
+    return _table(header, rows) + "\n\n" + VERDICT_TERMS
 
 
 def screen_digest(path: Path) -> str:

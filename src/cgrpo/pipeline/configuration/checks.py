@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,6 +43,8 @@ def check_config(config: Mapping[str, Any]) -> None:
         check_batch_sizes(config)
         check_stopping_rules(config)
         check_budget(config)
+        check_learning_rates(config)
+        check_signal_control(config)
     except ConfigError:
         raise
     except ValueError as error:
@@ -74,6 +77,60 @@ def check_budget(config: Mapping[str, Any]) -> None:
             "budget.rollouts draws learning curves of answers graded against a gold answer (score aps); run the budget "
             "on a math task, or set budget.rollouts: null."
         )
+
+
+def check_learning_rates(config: Mapping[str, Any]) -> None:
+    """`learning_rates` names methods this config can train, and a sweep has a learning rate to multiply, runs under a
+    rollout budget (whose validation accuracy at the budget chooses) and on validation prompts."""
+    rates = config.get("learning_rates") or {}
+    for method in rates.get("by_method", {}):
+        if method not in METHODS:
+            hint = _nearest(method, list(METHODS)) or "."
+            raise ConfigError(
+                f"config key learning_rates.by_method names {method!r}, which is no method ({', '.join(METHODS)}): "
+                f"fix the name{hint}"
+            )
+    if rates.get("sweep", [1]) == [1]:
+        return
+    budget = (config.get("budget") or {}).get("rollouts")
+    if budget is None or config["splits"]["sizes"].get("validation") is None:
+        raise ConfigError(
+            "learning_rates.sweep chooses each method's learning rate by its validation accuracy at a rollout budget; "
+            "set budget.rollouts and splits.sizes.validation, or sweep nothing (learning_rates.sweep: [1])."
+        )
+    if config["training"].get("learning_rate") is None:
+        raise ConfigError(
+            "learning_rates.sweep multiplies each method's learning rate, but training.learning_rate is unset (TRL's "
+            "default then applies); set training.learning_rate."
+        )
+
+
+def check_signal_control(config: Mapping[str, Any]) -> None:
+    """Refuse a signal-rule delta that its control prompts could not meet even if every one were informative: conformal
+    risk control needs (lost + 1) / (n + 1) <= delta on n informative control prompts, so n >= 1/delta - 1."""
+    ablations = config["cgrpo"]["ablations"]
+    if "signal" not in ablations["rules"]:
+        return
+    options = config["cgrpo"]["options"]
+    prompts = options["num_calibration_samples"] or config["splits"]["sizes"]["calibration"]
+    if prompts is None:
+        return
+    # The rule estimates on the first half of its calibration prompts and controls the risk on the second.
+    control = prompts - prompts // 2
+    for delta in _ablation_settings_of(config, "signal"):
+        needed = math.ceil(1 / delta - 1 - 1e-9)
+        if control < needed:
+            raise ConfigError(
+                f"config key cgrpo.ablations.settings.signal has delta {delta:g}, which needs at least {needed} "
+                f"informative control prompts, but the signal rule controls on {control} of its {prompts} calibration "
+                f"prompts (the second half): raise cgrpo.options.num_calibration_samples to at least {2 * needed} or "
+                f"use a delta of at least {1 / (control + 1):.3f}."
+            )
+
+
+def _ablation_settings_of(config: Mapping[str, Any], rule: str) -> list[float]:
+    settings = config["cgrpo"]["ablations"]["settings"]
+    return [float(v) for v in settings.get(rule, [get_rule(rule).defaults[get_rule(rule).parameter]])]
 
 
 def check_stopping_rules(config: Mapping[str, Any]) -> None:

@@ -35,7 +35,9 @@ __all__ = [
     "cgrpo_run_name",
     "dapo_run_name",
     "grpo_run_name",
+    "lr_suffix",
     "method_label",
+    "method_learning_rate",
     "add_rule_methods",
     "method_order",
     "parse_run_name",
@@ -60,6 +62,7 @@ class RunName:
     compute_matched: bool = False
     stop_setting: float | None = None
     group_weighting: str = "tokens"
+    lr_factor: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -306,6 +309,9 @@ def _ablation_spec(rule: str) -> Callable[[Config, RunName, str | None], dict[st
             options["stop_share"] = name.stop_setting
         elif name.stop_setting is not None:
             options["stopping_options"] = {get_rule(rule).parameter: name.stop_setting}
+        recalibrate = _ablation_recalibration(config)
+        if get_rule(rule).calibrated and recalibrate is not None:
+            options["recalibrate_every"] = recalibrate
         return {
             "reference_budget": max(name.budget_grid),
             "budget_grid": list(name.budget_grid),
@@ -313,6 +319,15 @@ def _ablation_spec(rule: str) -> Callable[[Config, RunName, str | None], dict[st
         }
 
     return spec_fields
+
+
+def _ablation_recalibration(config: Config) -> int | None:
+    """How often a calibrated rule fits itself again: `ablations.recalibrate_every`, else once where a rollout budget
+    counts every calibration, else None (the trainer's default; left out of the spec, which stays as it was)."""
+    recalibrate = config["cgrpo"]["ablations"].get("recalibrate_every")
+    if recalibrate is None and (config.get("budget") or {}).get("rollouts") is not None:
+        return 0
+    return recalibrate
 
 
 def _ablation_setting(record: Mapping[str, Any]) -> str:
@@ -389,13 +404,23 @@ METHODS: dict[str, Method] = {
 _COMPILED: dict[str, re.Pattern] = {}
 
 
+# The run-name suffix of a run trained at a multiple of its method's learning rate (`learning_rates.sweep`); a run at
+# the method's own rate has none, as every run had before the sweep existed.
+_LR = r"(?:_lrx(?P<lr>[0-9.]+))?"
+
+
+def lr_suffix(factor: float) -> str:
+    """``_lrx<factor>`` for a run at `factor` times its method's learning rate; empty at 1."""
+    return "" if factor == 1 else f"_lrx{factor:g}"
+
+
 def add_rule_methods() -> None:
     """Add a method for every registered stopping rule that has none yet (call it after importing plugins)."""
     global RUN_NAME_PATTERN
     rules = [rule for rule in rule_names() if rule != "conformal"]
     for rule in rules:
         METHODS.setdefault(rule, _rule_method(rule))
-    _COMPILED.update({name: re.compile(method.pattern) for name, method in METHODS.items()})
+    _COMPILED.update({name: re.compile(method.pattern + _LR) for name, method in METHODS.items()})
     RUN_NAME_PATTERN = "base|" + run_pattern()
 
 
@@ -408,7 +433,7 @@ def run_pattern(calibrated: bool | None = None) -> str:
 
     Without group names, for Snakemake's wildcard constraints.
     """
-    chosen = [m.pattern for m in METHODS.values() if calibrated is None or m.calibrated == calibrated]
+    chosen = [m.pattern + _LR for m in METHODS.values() if calibrated is None or m.calibrated == calibrated]
     return "|".join(f"(?:{_unnamed(pattern)})" for pattern in chosen)
 
 
@@ -424,13 +449,24 @@ def parse_run_name(name: str) -> RunName:
     for method, pattern in _COMPILED.items():
         match = pattern.fullmatch(name)
         if match is not None:
-            return RunName(method, int(match["seed"]), **METHODS[method].parse(match))
+            factor = float(match["lr"]) if match["lr"] else 1.0
+            return RunName(method, int(match["seed"]), **METHODS[method].parse(match), lr_factor=factor)
     raise ValueError(f"{name!r} is not a run name; expect base, cgrpo_s0_g2-4-8_dauto_r50, grpo_s0_G8 or dapo_s0_G8.")
 
 
 def static_runs(config: Config) -> list[str]:
-    """Every training run the config asks for before any training (compute-matched runs come later), by method."""
-    return [run for method in METHODS.values() for run in method.runs(config)]
+    """Every training run the config asks for before any training (compute-matched runs come later), by method, at
+    every multiple of its learning rate that `learning_rates.sweep` lists."""
+    factors = (config.get("learning_rates") or {}).get("sweep", [1])
+    return [run + lr_suffix(factor) for method in METHODS.values() for run in method.runs(config) for factor in factors]
+
+
+def method_learning_rate(config: Config, method: str, factor: float = 1.0) -> float | None:
+    """The peak learning rate of `method`'s runs at `factor` times its own: `learning_rates.by_method`, else its
+    section's trainer options over `training`; None where neither sets one (TRL's default)."""
+    by_method = (config.get("learning_rates") or {}).get("by_method", {})
+    rate = by_method.get(method, method_trainer(config, METHODS[method].section).get("learning_rate"))
+    return None if rate is None else float(rate) * factor
 
 
 def method_order(method: str) -> int:
@@ -457,4 +493,5 @@ def setting_label(record: Mapping[str, Any]) -> str:
         raise ValueError(
             f"Unknown method {method!r} in run {record.get('run')!r}; expected one of {', '.join(METHODS)}."
         )
-    return METHODS[method].setting(record)
+    factor = record.get("learning_rate_factor", 1.0)
+    return METHODS[method].setting(record) + ("" if factor == 1 else f", lr x{factor:g}")

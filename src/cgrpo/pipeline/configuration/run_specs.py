@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .methods import METHODS, parse_run_name
+from .methods import METHODS, method_learning_rate, parse_run_name
 from .specs import (
     CurveSpec,
     EvaluationSpec,
@@ -37,6 +37,10 @@ def train_spec(config: Config, run: str, model: str, splits: str, calibration: s
     if method.calibrated and calibration is None:
         raise ValueError(f"Run {run!r} starts from an initial calibration; pass its thresholds.json.")
     fields = {"trainer": method_trainer(config, method.section), **method.spec_fields(config, name, calibration)}
+    rate = method_learning_rate(config, name.method, name.lr_factor)
+    # Set only where it differs, so that the specs of runs at their section's rate, and their results, stay.
+    if rate is not None and rate != fields["trainer"].get("learning_rate"):
+        fields["trainer"] = {**fields["trainer"], "learning_rate": rate}
     if "cgrpo" in fields:
         fields["cgrpo"] = cgrpo_options(fields["cgrpo"], fields["trainer"])
     if fields.get("budget_grid") is not None:

@@ -312,9 +312,15 @@ def calibration_prompt_seed(config: Mapping[str, Any], seed: int) -> int | None:
     return int(seed) if config["cgrpo"].get("resample_calibration_prompts") else None
 
 
+# The learning-rate schedule over the budget where the config leaves `budget.lr_schedule` out: transformers' default,
+# a linear decay to zero, spread over the budget instead of the steps.
+LR_SCHEDULE = {"shape": "linear", "warmup_share": 0.0, "end_factor": 0.0}
+
+
 def budget_spec(config: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Every run's rollout budget (`budget`): the rollouts that end it, whether calibration counts, and its
-    milestones, `budget.milestones` equal parts of the budget; None where the step count ends training."""
+    """Every run's rollout budget (`budget`): the rollouts that end it, whether calibration counts, its milestones,
+    `budget.milestones` equal parts of the budget, and the learning-rate schedule over it (`lr_schedule`, the
+    arguments of `cgrpo.BudgetLRSchedule`); None where the step count ends training."""
     budget = config.get("budget") or {}
     if budget.get("rollouts") is None:
         return None
@@ -323,6 +329,7 @@ def budget_spec(config: Mapping[str, Any]) -> dict[str, Any] | None:
         "rollouts": rollouts,
         "include_calibration": bool(budget["include_calibration"]),
         "milestones": [-(-rollouts * part // parts) for part in range(1, parts + 1)],
+        "lr_schedule": {**LR_SCHEDULE, **(budget.get("lr_schedule") or {})},
     }
 
 

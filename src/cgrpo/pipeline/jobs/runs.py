@@ -17,6 +17,7 @@ import pandas as pd
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ...budget import MILESTONES_FILE, RolloutBudget
+from ...budget_schedule import BudgetLRSchedule
 from ...calibration import fit_thresholds
 from ...costs import (
     cpu_seconds,
@@ -25,7 +26,7 @@ from ...costs import (
     rollouts_per_prompt,
 )
 from ...support.learning_signal import signal_summary
-from ..configuration.methods import METHODS
+from ..configuration.methods import METHODS, parse_run_name
 from ..configuration.specs import CalibrationSpec, TrainSpec, format_grid
 from . import trainers
 from .checkpoints import SPEC_FILE, ResumableTotals, align_save_steps, resume_point
@@ -121,6 +122,8 @@ def _rollout_budget(trainer, spec: TrainSpec, folder: Path, resume: str | None, 
         milestones=spec.budget["milestones"],
         save_milestones_to=folder,
     )
+    # Every method anneals over the share of the budget it spent, not over its max_steps (which only bounds it).
+    trainer.add_callback(BudgetLRSchedule(budget, **spec.budget["lr_schedule"]))
     if resume is None:
         shutil.rmtree(folder, ignore_errors=True)
     elif (folder / MILESTONES_FILE).is_file():
@@ -250,6 +253,9 @@ def _run_record(spec: TrainSpec, trainer, wall: float, cpu: float, initial: dict
         else None,
         "drop_unanimous": dynamic is not None if budgeted else None,
         "compute_matched": spec.compute_matched,
+        # The peak learning rate, and its multiple of the method's own in a learning-rate sweep.
+        "learning_rate": trainer.args.learning_rate,
+        "learning_rate_factor": parse_run_name(spec.run).lr_factor,
         "reference_budget": reference,
         "steps": trainer.state.global_step,
         "groups": groups,

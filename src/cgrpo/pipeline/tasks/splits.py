@@ -24,6 +24,8 @@ from .answers import computation_signature
 
 MANIFEST = "manifest.json"
 TRAIN = "train"
+# Held out from every other split for the choices a run makes (learning rates, the best fixed G), where splits have it.
+VALIDATION = "validation"
 # What makes two examples one: their normalised text, or what they compute (`computation_key`); and how a pool that
 # is too small for the splits is named and grown.
 DEDUPE = {
@@ -267,6 +269,11 @@ def _check_disjoint(loaded: Mapping[str, tuple[str, list[dict], list[str]]]) -> 
                     f"({loaded[first][0]}): {_describe(rows, hashes, shared)}; carve all splits from one pool with "
                     "make_splits, or point to split files from the same manifest."
                 )
+
+
+def split_names(path: str | Path) -> list[str]:
+    """The splits a split folder (or its manifest) holds, by name."""
+    return list(json.loads(_manifest_path(path).read_text())["splits"])
 
 
 def load_split(path: str | Path, name: str) -> Dataset:
