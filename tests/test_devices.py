@@ -196,7 +196,13 @@ def test_every_gpu_job_claims_its_device_before_any_other_import(script):
     body = [node for node in tree.body if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))]
     claim = next(index for index, node in enumerate(body) if "claim_devices(snakemake.resources" in ast.unparse(node))
     before = [ast.unparse(node) for node in body[:claim]]
-    assert before == ["import os", "from cgrpo.pipeline.jobs.devices import claim_devices, log_claim"]
+    # Only the interrupt handler, which imports nothing heavy, comes first (tests/test_interrupts.py).
+    assert before == [
+        "from cgrpo.pipeline.interrupts import report_interrupts",
+        "report_interrupts(snakemake)",
+        "import os",
+        "from cgrpo.pipeline.jobs.devices import claim_devices, log_claim",
+    ]
     assert ast.unparse(body[claim]) == "os.environ.update(claim_devices(snakemake.resources.get('gpu', 0)))"
     # The claim goes into the job's log once the log is set up.
     calls = [ast.unparse(node) for node in body if isinstance(node, ast.Expr)]

@@ -26,6 +26,7 @@ def _row(method: str, label: str, setting: str, accuracy: float, difference: flo
         f"{DIFFERENCE} 95% CI low": low,
         f"{DIFFERENCE} 95% CI high": high,
         f"{DIFFERENCE} detectable at 80% power": (high - low) / 2 * 1.43,
+        "best fixed G chosen on": "validation prompts",
         EXCLUDED: difference + 0.01,
         f"{EXCLUDED} 95% CI low": low + 0.01,
         f"{EXCLUDED} 95% CI high": high + 0.01,
@@ -53,7 +54,7 @@ def test_the_verdict_names_the_best_fixed_g_unless_a_method_beats_it_beyond_its_
     digest = verdict_digest({"arithmetic": _folder(tmp_path, rows)})
     cells = [cell.strip() for cell in digest.splitlines()[2].strip("|").split("|")]
     assert cells[0] == "arithmetic, 4,096 rollouts"
-    assert cells[1] == "GRPO G=4: 0.570 [0.520, 0.620]"
+    assert cells[1] == "GRPO G=4 (chosen on validation prompts): 0.570 [0.520, 0.620]"
     # Real minus signs, both views of calibration.
     assert cells[2] == "−0.030 (−0.050 to −0.010), delta auto"
     assert cells[3] == "−0.020 (−0.040 to 0.000)"
@@ -64,6 +65,25 @@ def test_the_verdict_names_the_best_fixed_g_unless_a_method_beats_it_beyond_its_
     # The table reads alone: every term it uses is defined under it.
     for term in ("Rollout", "Best fixed G", "Calibration excluded", "Detectable (80% power)", "ESC"):
         assert f"**{term}**" in digest
+
+
+def test_a_table_from_before_the_comparison_measured_a_column_says_so(tmp_path):
+    old = {"best fixed G chosen on", f"{DIFFERENCE} detectable at 80% power"} | {
+        f"{EXCLUDED}{end}" for end in ("", " 95% CI low", " 95% CI high")
+    }
+    rows = [
+        {key: value for key, value in row.items() if key not in old}
+        for row in (
+            _row("grpo", "GRPO", "G=4", 0.57, 0.0, 0.0, 0.0),
+            _row("cgrpo", "C-GRPO", "delta auto", 0.54, -0.03, -0.05, -0.01),
+        )
+    ]
+    cells = [
+        cell.strip() for cell in verdict_digest({"a": _folder(tmp_path, rows)}).splitlines()[2].strip("|").split("|")
+    ]
+    assert cells[1].startswith("GRPO G=4 (chosen on eval prompts)")
+    assert cells[3] == "not measured (a run before this comparison)"
+    assert cells[6] == f"\u00b1{0.02 * 1.4286:.3f}"
 
 
 def test_a_method_above_the_best_fixed_g_beyond_its_interval_is_the_one_to_use(tmp_path):

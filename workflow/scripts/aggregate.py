@@ -1,5 +1,10 @@
 """Build the comparison tables from every run, eval and compute-matching record (rule aggregate)."""
 
+from cgrpo.pipeline.interrupts import report_interrupts
+
+# First, before the imports below (torch's takes seconds): Ctrl-C ends the job with one line, not a traceback.
+report_interrupts(snakemake)
+
 from cgrpo.pipeline.analysis.reporting import build_tables, write_table
 from cgrpo.pipeline.configuration.plugins import import_plugins
 from cgrpo.pipeline.logs import log_to_file

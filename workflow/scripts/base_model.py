@@ -1,5 +1,10 @@
 """Bootstrap the tiny base model, or only record the configured hub id or path (rule base_model)."""
 
+from cgrpo.pipeline.interrupts import report_interrupts
+
+# First, before the imports below (torch's takes seconds): Ctrl-C ends the job with one line, not a traceback.
+report_interrupts(snakemake)
+
 import json
 from pathlib import Path
 

@@ -1,5 +1,10 @@
 """Sample every milestone model of one run, or the base model, on the eval split (rule curve)."""
 
+from cgrpo.pipeline.interrupts import report_interrupts
+
+# First, before the imports below (torch's takes seconds): Ctrl-C ends the job with one line, not a traceback.
+report_interrupts(snakemake)
+
 import os
 
 from cgrpo.pipeline.jobs.devices import claim_devices, log_claim

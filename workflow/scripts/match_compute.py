@@ -1,5 +1,10 @@
 """Find the fixed group size matching one C-GRPO setting's generated rollouts (checkpoint match_compute)."""
 
+from cgrpo.pipeline.interrupts import report_interrupts
+
+# First, before the imports below (torch's takes seconds): Ctrl-C ends the job with one line, not a traceback.
+report_interrupts(snakemake)
+
 import json
 import logging
 from pathlib import Path

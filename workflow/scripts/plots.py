@@ -1,5 +1,10 @@
 """Draw the report figures from the aggregated tables (rule plots)."""
 
+from cgrpo.pipeline.interrupts import report_interrupts
+
+# First, before the imports below (torch's takes seconds): Ctrl-C ends the job with one line, not a traceback.
+report_interrupts(snakemake)
+
 import pandas as pd
 
 from cgrpo.pipeline.analysis.plots import plot_all

@@ -1,5 +1,10 @@
 """Carve disjoint train, calibration and eval splits of the task's data (rule split)."""
 
+from cgrpo.pipeline.interrupts import report_interrupts
+
+# First, before the imports below (torch's takes seconds): Ctrl-C ends the job with one line, not a traceback.
+report_interrupts(snakemake)
+
 from pathlib import Path
 
 from cgrpo.pipeline.configuration.checks import needed_splits

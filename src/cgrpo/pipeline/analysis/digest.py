@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..configuration.methods import method_label
+from .curves import detectable_difference
 
 __all__ = [
     "budget_digest",
@@ -126,8 +127,8 @@ DETECTABLE = "detectable at 80% power"
 # What the verdict table's terms mean, printed under it so that it reads without another page.
 VERDICT_TERMS = """\
 - **Rollout**: one sampled completion. Every method stops at the same number of rollouts, its calibration's included.
-- **Best fixed G**: the GRPO group size most accurate at the budget on the validation prompts, which the reported
-  accuracies (eval prompts) never choose.
+- **Best fixed G**: the GRPO group size most accurate at the budget, on the prompts named beside it: validation
+  prompts, which the reported accuracies (eval prompts) never choose, or in a run before them the eval prompts.
 - **Minus it, calibration counted**: the method's accuracy at the budget minus the best fixed G's, both having drawn
   the same rollouts. **Calibration excluded**: minus the best fixed G's at the rollouts the method trained on, as in a
   long run where one calibration amortizes.
@@ -140,7 +141,9 @@ VERDICT_TERMS = """\
 
 
 def _difference(row: Mapping, column: str) -> str:
-    """`difference (low to high)`, with a real minus sign."""
+    """`difference (low to high)`, with a real minus sign; a table that predates the column says so."""
+    if column not in row:
+        return "not measured (a run before this comparison)"
     value, low, high = row[column], row[f"{column} {LOW}"], row[f"{column} {HIGH}"]
     return f"{_signed(value)} ({_signed(low)} to {_signed(high)})"
 
@@ -150,10 +153,11 @@ def _signed(value: float) -> str:
 
 
 def verdict_digest(folders: Mapping[str, Path]) -> str:
-    """Per budgeted experiment (`{description: folder}`): the best fixed G, C-GRPO's and the best other method's
-    difference to it with calibration counted and excluded, the method to use, and the smallest difference the run
-    detects with 80% power (the mean over the methods' paired differences); then the terms, one line each."""
-    header = ["task, budget", "best fixed G (chosen on validation)", "C-GRPO minus it, calibration counted"]
+    """Per budgeted experiment (`{description: folder}`): the best fixed G and the prompts that chose it, C-GRPO's and
+    the best other method's difference to it with calibration counted and excluded, the method to use, and the
+    smallest difference the run detects with 80% power (the mean over the methods' paired differences); then the
+    terms, one line each. A folder whose table predates a column (a run before the comparison measured it) says so."""
+    header = ["task, budget", "best fixed G", "C-GRPO minus it, calibration counted"]
     header += ["C-GRPO minus it, calibration excluded", "best other method minus it, calibration counted"]
     header += ["method to use", "detectable (80% power)"]
     rows = []
@@ -165,19 +169,28 @@ def verdict_digest(folders: Mapping[str, Path]) -> str:
         other = _best_other(table, lambda m: ~m.isin(["cgrpo", "grpo"]))
         beats = table[(table[f"{COUNTED} {LOW}"] > 0) & (table["method"] != "grpo")]
         use = f"GRPO {best['setting']}" if beats.empty else f"{beats.iloc[0]['label']} {beats.iloc[0]['setting']}"
-        detectable = table.loc[table["method"] != "grpo", f"{COUNTED} {DETECTABLE}"].mean()
+        chosen_on = first.get("best fixed G chosen on", "eval prompts")
         rows.append(
             [
                 f"{description}, {_number(first['budget'], 0)} rollouts",
-                f"GRPO {best['setting']}: {_cell(best, 'accuracy at budget')}",
+                f"GRPO {best['setting']} (chosen on {chosen_on}): {_cell(best, 'accuracy at budget')}",
                 "not run" if cgrpo is None else f"{_difference(cgrpo, COUNTED)}, {cgrpo['setting']}",
                 "not run" if cgrpo is None else _difference(cgrpo, EXCLUDED),
                 "not run" if other is None else f"{other['label']}: {_difference(other, COUNTED)}",
                 use,
-                f"±{_number(detectable, 3)}",
+                f"±{_number(_detectable(table), 3)}",
             ]
         )
     return _table(header, rows) + "\n\n" + VERDICT_TERMS
+
+
+def _detectable(table: pd.DataFrame) -> float:
+    """The mean over the methods other than GRPO of the difference to the best fixed G detectable with 80% power:
+    the table's column, or for a table that predates it the same 1.43 half-widths of its intervals."""
+    rows = table[table["method"] != "grpo"]
+    if f"{COUNTED} {DETECTABLE}" in table:
+        return float(rows[f"{COUNTED} {DETECTABLE}"].mean())
+    return float(detectable_difference(rows[f"{COUNTED} {LOW}"], rows[f"{COUNTED} {HIGH}"]).mean())
 
 
 def screen_digest(path: Path) -> str:
