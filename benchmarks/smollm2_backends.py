@@ -66,8 +66,8 @@ def _sampler(backend: str, folder: str, args):
 
     # The engine runs in this process, as the pipeline's evaluation runs it.
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    llm = load_llm(folder, enforce_eager=not args.compiled)
-    return lambda prompts: generate_completions_vllm(llm, prompts, **options), llm.get_tokenizer()
+    engine = load_llm(folder, enforce_eager=not args.compiled)
+    return lambda prompts: generate_completions_vllm(engine, prompts, **options), engine.llm.get_tokenizer()
 
 
 def _timed(function, *args):

@@ -126,6 +126,36 @@ def test_a_stopping_rule_counts_its_calibration_in_the_share_and_ends_at_the_end
     assert points[-1][0] >= 1.0 and points[-1][1] == pytest.approx(0.1 * PEAK)
 
 
+@pytest.mark.slow
+def test_a_run_resumed_from_a_checkpoint_trains_at_the_learning_rates_of_an_uninterrupted_one(tiny_model_dir, tmp_path):
+    # Checkpoints save the scheduler's state (the share is read from the trainer, which must not be pickled with it),
+    # and a resumed run reads its share from the rollouts its checkpoint restores.
+    def trainer(folder, **overrides):
+        args = GRPOConfig(
+            per_device_train_batch_size=4,
+            steps_per_generation=2,
+            num_generations=2,
+            **{**_common(tmp_path / folder), "save_strategy": "steps", "save_steps": 4, **overrides},
+        )
+        return GRPOTrainer(model=tiny_model_dir, reward_funcs=_reward, args=args, train_dataset=_data(64))
+
+    def scheduled(run) -> LearningRates:
+        budget = RolloutBudget(run, max_rollouts=BUDGET)
+        rates = LearningRates(budget)
+        for callback in (budget, BudgetLRSchedule(budget), rates):
+            run.add_callback(callback)
+        return rates
+
+    whole, _ = _train(trainer("whole"))
+    stopped = trainer("stopped", max_steps=4)
+    scheduled(stopped)
+    stopped.train()
+    resumed = trainer("resumed")
+    rates = scheduled(resumed)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "stopped" / "checkpoint-4"))
+    assert len(whole) > 4 and rates.points == pytest.approx(whole[4:])
+
+
 @pytest.mark.parametrize(
     ("share", "shape", "warmup", "end", "expected"),
     [

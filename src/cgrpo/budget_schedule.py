@@ -23,6 +23,7 @@ count, and with it the learning rate.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
@@ -62,6 +63,13 @@ class _ShareScheduler(LRScheduler):
 
     def get_lr(self) -> list[float]:
         return [base * self._factor() for base in self.base_lrs]
+
+    def state_dict(self) -> dict[str, Any]:
+        # What a checkpoint saves: not the factor, which holds the trainer (and its hooks, which do not pickle); the
+        # rollouts a resumed run restores give the learning rate back. A resume loads it into the scheduler the trainer
+        # builds first, transformers' LambdaLR, which expects its (here empty) lambdas' state.
+        state = {key: value for key, value in super().state_dict().items() if key != "_factor"}
+        return {**state, "lr_lambdas": [None] * len(self.base_lrs)}
 
     def refresh(self) -> None:
         """Set every group's learning rate from the share now, without a step (which, before the optimizer's first,

@@ -116,8 +116,15 @@ def save_plain(location: str | Path, folder: str | Path) -> None:
 
 
 def _adapter_base_name(location: str | Path) -> str | None:
+    config = adapter_config(location)
+    return None if config is None else config["base_model_name_or_path"]
+
+
+def adapter_config(location: str | Path) -> dict | None:
+    """The PEFT adapter config of a LoRA adapter's folder (its rank `r`, `base_model_name_or_path`, ...), or None for
+    anything else."""
     config = Path(location) / ADAPTER_CONFIG
-    return json.loads(config.read_text())["base_model_name_or_path"] if config.is_file() else None
+    return json.loads(config.read_text()) if config.is_file() else None
 
 
 def _dequantized(gguf_file: str) -> dict:

@@ -128,7 +128,7 @@ def sampling_options(
 
 
 def generate_completions_vllm(
-    llm,
+    engine,
     prompts: list[str] | list[list[dict]],
     *,
     num_samples: int,
@@ -138,7 +138,8 @@ def generate_completions_vllm(
     seed: int = 0,
     progress: bool = False,
 ) -> list[list[str]]:
-    """`generate_completions` through the vLLM engine `llm`: one list of texts per prompt.
+    """`generate_completions` through a vLLM `engine` (`cgrpo.pipeline.jobs.vllm_backend.Engine`, with the LoRA
+    adapter it serves, if any): one list of texts per prompt.
 
     With ``greedy`` each prompt is decoded once and its completion repeated ``num_samples`` times.
     """
@@ -152,10 +153,10 @@ def generate_completions_vllm(
         greedy=greedy,
         seed=seed,
     )
-    tokenizer = llm.get_tokenizer()
+    tokenizer = engine.llm.get_tokenizer()
     texts = [as_text(tokenizer, prompt) for prompt in prompts]
     params = [SamplingParams(**option) for option in options]
-    outputs = llm.generate(texts, params, use_tqdm=progress and sys.stderr.isatty())
+    outputs = engine.llm.generate(texts, params, use_tqdm=progress and sys.stderr.isatty(), lora_request=engine.lora)
     copies = 1 if greedy else num_samples
     ordered = [sorted(output.outputs, key=lambda sample: sample.index) for output in outputs]
     return [[sample.text for sample in samples] * (num_samples // copies) for samples in ordered]

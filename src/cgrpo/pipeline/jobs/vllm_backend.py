@@ -6,16 +6,22 @@ vLLM is imported only where an engine is built, so the rest loads without it.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import socket
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
-from ...support.models import is_plain, save_plain
+from ...support.models import adapter_config, is_plain, save_plain
 from ...support.vllm_colocate import CPU_OPTIONS
 
+logger = logging.getLogger(__name__)
+
+# The adapter ranks vLLM's engine takes (`max_lora_rank`); an adapter's rank is served at the next one up.
+LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 # GiB of KV cache per engine on CPU, where VLLM_CPU_KVCACHE_SPACE sizes it; unset, each engine reserves
 # vllm_gpu_memory_utilization of the whole machine's memory, however many jobs run side by side.
 CPU_KV_CACHE_GIB = 1
@@ -71,12 +77,23 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def load_llm(model: str, enforce_eager: bool | None = None):
+@dataclass(frozen=True)
+class Engine:
+    """A vLLM engine and what it samples: the model it loaded, or its base with a LoRA adapter served on it (`lora`, a
+    `vllm.lora.request.LoRARequest` that every call passes)."""
+
+    llm: Any
+    lora: Any = None
+
+
+def load_llm(model: str, enforce_eager: bool | None = None) -> Engine:
     """A vLLM engine on `model`: on CPU with `CPU_OPTIONS`' memory share and in float32, as the HF path evaluates
     there; on a GPU with vLLM's defaults (half precision, as the HF path there).
 
-    A GGUF file or a LoRA adapter's folder, which vLLM's CPU build does not read, is saved as a plain checkpoint (see
-    `cgrpo.support.models.save_plain`) for the engine to load, and deleted once it has. `enforce_eager` (default: on CPU)
+    A LoRA adapter's folder is served on its base through vLLM's LoRA support, where the installed vLLM has it
+    (`serves_lora`): no merged copy of the model is written. Otherwise, and for a GGUF file, which vLLM's CPU build
+    does not read, the model is saved as a plain checkpoint (see `cgrpo.support.models.save_plain`: an adapter merged
+    into a float32 copy of its base) for the engine to load, and deleted once it has. `enforce_eager` (default: on CPU)
     skips the model's compilation, which on CPU took 72 s of an 81 s start to save 0.03 s per rollout on SmolLM2-135M
     (results/reference/smollm2_cpu/generation_backends.csv): it pays only past some 2,500 rollouts.
     """
@@ -95,8 +112,27 @@ def load_llm(model: str, enforce_eager: bool | None = None):
         )
     from vllm import LLM
 
-    with plain_copy(model) as folder:
-        return LLM(model=folder, **options)
+    adapter = adapter_config(model)
+    if adapter is None or not serves_lora():
+        with plain_copy(model) as folder:
+            return Engine(LLM(model=folder, **options))
+    from vllm.lora.request import LoRARequest
+
+    rank = next(size for size in LORA_RANKS if size >= int(adapter["r"]))
+    with plain_copy(adapter["base_model_name_or_path"]) as folder:
+        llm = LLM(model=folder, enable_lora=True, max_loras=1, max_lora_rank=rank, **options)
+    logger.info(
+        "Serving the LoRA adapter %s on its base %s (no merged copy).", model, adapter["base_model_name_or_path"]
+    )
+    return Engine(llm, LoRARequest("adapter", 1, str(model)))
+
+
+def serves_lora() -> bool:
+    """Whether the installed vLLM serves LoRA adapters on this machine's platform (its CPU build has a punica
+    wrapper for them since before 0.32)."""
+    from vllm.platforms import current_platform
+
+    return importlib.util.find_spec("vllm.lora") is not None and bool(current_platform.get_punica_wrapper())
 
 
 @contextmanager
