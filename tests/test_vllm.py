@@ -88,11 +88,12 @@ def _vllm_model(trainer):
 
 
 def _weights_as_computed(trainer) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """The same weights in vLLM and in the policy (bf16), as plain tensors and, for vLLM's packed linear layers,
-    as their outputs on a fixed probe."""
+    """The same weights in vLLM and in the policy (in the engine's dtype), as plain tensors and, for vLLM's packed
+    linear layers, as their outputs on a fixed probe."""
     engine, policy = _vllm_model(trainer).model, trainer.model.model
+    dtype = engine.embed_tokens.weight.dtype
     probe = torch.randn(4, policy.config.hidden_size, generator=torch.Generator().manual_seed(0))
-    probe = probe.to(torch.bfloat16)
+    probe = probe.to(dtype)
     attention = policy.layers[0].self_attn
     with torch.no_grad():
         # vLLM pads the vocabulary to a multiple of its own.
@@ -102,14 +103,14 @@ def _weights_as_computed(trainer) -> tuple[dict[str, torch.Tensor], dict[str, to
             "norm": engine.norm.weight,
             "qkv_proj": engine.layers[0].self_attn.qkv_proj(probe)[0],
         }
-        as_bf16 = {
-            name: layer.weight.to(torch.bfloat16).float()
+        as_engine = {
+            name: layer.weight.to(dtype).float()
             for name, layer in {"q": attention.q_proj, "k": attention.k_proj, "v": attention.v_proj}.items()
         }
         in_policy = {
             "embed_tokens": policy.embed_tokens.weight,
             "norm": policy.norm.weight,
-            "qkv_proj": torch.cat([probe.float() @ as_bf16[name].T for name in "qkv"], dim=-1),
+            "qkv_proj": torch.cat([probe.float() @ as_engine[name].T for name in "qkv"], dim=-1),
         }
     return (
         {name: value.float().clone() for name, value in in_vllm.items()},
