@@ -5,20 +5,26 @@
 - docs/pipeline.md: what every table and plot holds, from the report captions under workflow/report/;
 - docs/method.md: the registered stopping rules, from `cgrpo.stopping`'s registry and each rule's docstring;
 - README.md and docs/results.md: the results' tables, from the committed tables under results/reference/
-  (`cgrpo.pipeline.analysis.digest`), so that every figure in them is a committed table's.
+  (`cgrpo.pipeline.analysis.digest`), so that every figure in them is a committed table's;
+- every committed PNG (`figures`), drawn again from the committed tables beside it with the current plot code and
+  colour map.
 
 Each generated part sits between `<!-- generated:NAME:start -->` and `<!-- generated:NAME:end -->`; the rest of
-each page is written by hand. `python scripts/generate_docs.py` rewrites the parts, `--check` only reports the pages
-whose committed text differs (exit status 1), as tests/test_docs.py does.
+each page is written by hand. `python scripts/generate_docs.py` rewrites the parts and redraws the figures, `--check`
+only reports the pages whose committed text, and the figures whose pixels, differ (exit status 1), as tests/test_docs.py
+does.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import inspect
 import re
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -233,6 +239,84 @@ def stale_pages() -> list[Path]:
     return [page for page, parts in generated_parts().items() if render(page, parts) != page.read_text()]
 
 
+# ------------------------------------------------------------------ figures
+# The committed figures of each reference folder, by the plot that draws them (its PNG's name).
+FIGURE_FOLDERS = {
+    "": ["pareto", "frontier", "training_curves", "thresholds", "coverage", "delta_sweep", "replay"],
+    "frontier": ["pareto", "frontier", "training_curves", "thresholds", "coverage", "delta_sweep", "replay"],
+    "long": ["pareto", "training_curves", "thresholds", "coverage", "delta_sweep"],
+    "per_method_schedules": ["pareto", "delta_sweep"],
+    "with_dapo": ["pareto"],
+    "budget": ["learning_curves", "replay"],
+    "budget_default_mix": ["learning_curves", "replay"],
+    "smollm2_cpu": ["replay"],
+}
+# Pixel difference (root mean square, 0-255) below which a redrawn figure counts as the committed one.
+FIGURE_TOLERANCE = 1.0
+
+
+def figures() -> dict[Path, Callable[[Path], None]]:
+    """Every committed figure, and how to draw it again from the committed tables beside it: a change of the plot code
+    or of the one colour map redraws them all (`python scripts/generate_docs.py`), and `--check` finds any it left."""
+    import pandas as pd
+
+    from cgrpo.pipeline.analysis import budget_plots, plots
+
+    def drawer(folder: Path, name: str) -> Callable[[Path], None]:
+        def table(stem: str) -> pd.DataFrame:
+            return pd.read_csv(folder / f"{stem}.csv")
+
+        draw = {
+            "pareto": lambda path: plots.plot_pareto(table("summary"), table("by_method"), path),
+            "frontier": lambda path: plots.plot_frontier(table("frontier"), table("summary"), path),
+            "training_curves": lambda path: plots.plot_training_curves(table("steps"), path),
+            "thresholds": lambda path: plots.plot_thresholds(table("calibrations"), path),
+            "coverage": lambda path: plots.plot_coverage(table("coverage"), path),
+            "delta_sweep": lambda path: plots.plot_delta_sweep(table("delta_sweep"), path),
+            "replay": lambda path: plots.plot_replay(table("replay"), path),
+            "learning_curves": lambda path: budget_plots.plot_learning_curves(table("budget_curve"), path),
+        }
+        return draw[name]
+
+    drawn = {
+        RESULTS / folder / f"{name}.png": drawer(RESULTS / folder, name)
+        for folder, names in FIGURE_FOLDERS.items()
+        for name in names
+    }
+    schedule = _benchmark("generation_schedule")
+    for path in (RESULTS / "generation_schedule.png", REPO / "docs" / "img" / "history_generation_schedule.png"):
+        drawn[path] = lambda out: schedule.plot(pd.read_csv(RESULTS / "generation_schedule.csv"), out)
+    drawn[REPO / "docs" / "img" / "history_delta_sweep.png"] = drawer(RESULTS / "per_method_schedules", "delta_sweep")
+    return drawn
+
+
+def _benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def stale_figures() -> list[Path]:
+    """The committed figures that differ from what the current code draws from their tables."""
+    from matplotlib.testing.compare import compare_images
+    from matplotlib.testing.exceptions import ImageComparisonFailure
+
+    stale = []
+    with tempfile.TemporaryDirectory() as folder:
+        for index, (path, draw) in enumerate(figures().items()):
+            fresh = Path(folder) / f"{index}.png"
+            draw(fresh)
+            try:
+                differs = compare_images(str(path), str(fresh), FIGURE_TOLERANCE) is not None
+            except ImageComparisonFailure:
+                # A figure of another size is as stale as one of other pixels.
+                differs = True
+            if differs:
+                stale.append(path)
+    return stale
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -242,7 +326,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.check:
-        stale = stale_pages()
+        stale = stale_pages() + stale_figures()
         for page in stale:
             print(
                 f"{page.relative_to(REPO)} is out of date: run python scripts/generate_docs.py",
@@ -251,6 +335,8 @@ def main() -> int:
         return 1 if stale else 0
     for page, parts in generated_parts().items():
         page.write_text(render(page, parts))
+    for path, draw in figures().items():
+        draw(path)
     return 0
 
 

@@ -91,6 +91,30 @@ def test_generated_parts_equal_their_sources():
     assert not stale, f"out of date: {[str(p.relative_to(REPO)) for p in stale]}; run python scripts/generate_docs.py"
 
 
+def test_every_committed_figure_is_what_the_current_code_draws_from_its_tables():
+    # A figure left from older plot code or another colour map is stale, whatever its age.
+    generator = load_generator()
+    committed = subprocess.run(["git", "ls-files", "*.png"], cwd=REPO, capture_output=True, text=True, check=True)
+    registered = {path.relative_to(REPO).as_posix() for path in generator.figures()}
+    assert set(committed.stdout.split()) == registered
+    stale = generator.stale_figures()
+    assert not stale, f"stale: {[str(p.relative_to(REPO)) for p in stale]}; run python scripts/generate_docs.py"
+
+
+def test_a_figure_drawn_with_another_colour_is_found_stale(tmp_path, monkeypatch):
+    generator = load_generator()
+    pareto = generator.RESULTS / "with_dapo" / "pareto.png"
+    drawn = generator.figures()[pareto]
+    from cgrpo.pipeline.analysis import styles
+
+    # C-GRPO in GRPO's colour: what a figure from before the one colour map looked like.
+    monkeypatch.setitem(styles.STYLES, "cgrpo", styles.STYLES["grpo"])
+    drawn(tmp_path / "pareto.png")
+    monkeypatch.undo()
+    monkeypatch.setattr(generator, "figures", lambda: {tmp_path / "pareto.png": drawn})
+    assert generator.stale_figures() == [tmp_path / "pareto.png"]
+
+
 def test_every_trainer_option_is_in_the_generated_table():
     from cgrpo import CGRPOConfig
 

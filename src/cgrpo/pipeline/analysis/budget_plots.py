@@ -35,7 +35,8 @@ def plot_learning_curves(curve: pd.DataFrame, path: str | Path) -> None:
         look = {"color": styles.style(method).color, "marker": styles.style(method).marker, "markevery": 4, "ms": 5}
         label = f"{group['label'].iloc[0]} ({setting})"
         by_rollouts.plot(group["rollouts"], group["sampled accuracy"], label=label, **look)
-        by_training.plot(group["training rollouts"], group["sampled accuracy"], **look)
+        if "training rollouts" in group:
+            by_training.plot(group["training rollouts"], group["sampled accuracy"], **look)
         by_cpu.plot(group["CPU seconds"], group["sampled accuracy"], **look)
         difference.plot(group["rollouts"], group["difference to best fixed G"], **look)
         difference.fill_between(
@@ -46,8 +47,10 @@ def plot_learning_curves(curve: pd.DataFrame, path: str | Path) -> None:
             alpha=0.12,
         )
     target = curve["target accuracy"].iloc[0]
-    for ax in (by_rollouts, by_training, by_cpu):
+    recorded = "training rollouts" in curve
+    for ax in (by_rollouts, by_training, by_cpu) if recorded else (by_rollouts, by_cpu):
         ax.axhline(target, color=styles.REFERENCE, linestyle="--", linewidth=1)
+    for ax in (by_rollouts, by_training, by_cpu):
         ax.set_ylabel("sampled accuracy (mean@k, eval prompts)")
     difference.axhline(0.0, color=styles.REFERENCE, linestyle=":", linewidth=1)
     difference.set_ylabel(f"accuracy minus the best fixed G ({curve['best fixed G'].iloc[0]})")
@@ -55,6 +58,11 @@ def plot_learning_curves(curve: pd.DataFrame, path: str | Path) -> None:
     by_training.set_xlabel("training rollouts (calibration excluded)")
     difference.set_xlabel("rollouts generated (calibration included)")
     by_cpu.set_xlabel("CPU seconds (training and calibration)")
+    if not recorded:
+        # A run whose table predates the column: the panel says so rather than staying blank.
+        by_training.text(
+            0.5, 0.5, "not recorded by this run", ha="center", va="center", transform=by_training.transAxes
+        )
     by_rollouts.set_title("at an equal rollout budget, calibration counted")
     by_training.set_title("at equal training rollouts, calibration excluded")
     difference.set_title("paired difference to the best fixed G, 95% bootstrap band")

@@ -148,6 +148,7 @@ def plot_pareto(summary: pd.DataFrame, by_method: pd.DataFrame, path: str | Path
                 color, marker = _row_color(colors, group), styles.style(method).marker
                 ax.scatter(group[column], group[accuracy], color=color, alpha=0.45, s=25, marker=marker)
                 mean = intervals.loc[[(method, setting)]]
+                # Hollow: a method's mean at another's cost and accuracy (a tie, a smoke run's zeros) stays visible.
                 ax.errorbar(
                     group[column].mean(),
                     mean[name],
@@ -155,7 +156,8 @@ def plot_pareto(summary: pd.DataFrame, by_method: pd.DataFrame, path: str | Path
                     color=color,
                     marker=marker,
                     markersize=11,
-                    markeredgecolor=styles.REFERENCE,
+                    markerfacecolor="none",
+                    markeredgewidth=1.8,
                     capsize=3,
                     label=label,
                     zorder=3,
@@ -196,13 +198,17 @@ def plot_frontier(frontier: pd.DataFrame, summary: pd.DataFrame, path: str | Pat
                 label=label,
                 color=look.color,
                 marker=look.marker,
-                markersize=6,
+                markersize=7,
+                markerfacecolor="none",
+                markeredgewidth=1.5,
                 capsize=2,
             )
         if not base.empty:
             _base_line(ax, base.iloc[0])
-        ax.set_xscale("log", base=2)
-        _log2_axis(ax.xaxis)
+        # Rollouts per prompt come in powers of two; seconds do not, and a narrow range of them would get one tick.
+        if "rollouts" in cost:
+            ax.set_xscale("log", base=2)
+            _log2_axis(ax.xaxis)
         ax.set_xlabel(cost)
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel(f"eval {accuracy}")
@@ -488,8 +494,11 @@ def plot_replay(table: pd.DataFrame, path: str | Path) -> None:
         for ax, column, title in zip(
             row,
             ("informative_kept", "signal_per_rollout"),
-            ("informative prompts kept", "rollouts with a non-zero advantage, per rollout"),
+            ("informative prompts kept", "non-zero-advantage rollouts per rollout"),
         ):
+            if chosen[column].isna().all():
+                # No prompt's samples disagreed (a smoke run's untrained model): nothing was there to keep.
+                ax.text(0.5, 0.5, "no prompt with mixed answers", ha="center", va="center", transform=ax.transAxes)
             for rule, part in chosen.groupby("rule", sort=False):
                 part = part.sort_values("rollouts_per_prompt")
                 look = styles.style(rule)
@@ -514,4 +523,5 @@ def plot_replay(table: pd.DataFrame, path: str | Path) -> None:
             ax.set_title(f"{model}: {title}")
             ax.grid(alpha=0.3)
         row[0].legend(fontsize=8)
+    fig.tight_layout()
     _save(fig, path)

@@ -59,6 +59,9 @@ __all__ = [
     "write_table",
 ]
 
+# Below this a value is floating-point noise around zero (a difference of two equal means, say), and reads 0.
+FLOAT_NOISE = 1e-12
+
 # summary column -> plain-language name in the delta sweep table.
 SWEEP_METRICS = {
     "train_rollout_savings": "rollout savings",
@@ -416,10 +419,11 @@ def build_tables(
 def markdown(table: pd.DataFrame) -> str:
     """GitHub markdown of ``table``; a value and its ``95% CI low/high`` columns merge into ``"mean [low, high]"``.
 
-    Numbers keep 4 significant digits (whole numbers from 10,000 up are written out), and missing
-    values are left blank.
+    Numbers keep 4 significant digits (whole numbers from 10,000 up are written out), floating-point noise around
+    zero reads 0, savings (shares of a reference's cost, which a run that costs more makes negative) read in percent,
+    and missing values are left blank.
     """
-    compact = table.copy()
+    compact = _savings_in_percent(table)
     for column in list(compact.columns):
         low, high = f"{column} {CI_LOW}", f"{column} {CI_HIGH}"
         if low in compact and high in compact:
@@ -436,7 +440,24 @@ def markdown(table: pd.DataFrame) -> str:
     return cells.to_markdown(index=False, disable_numparse=True, colalign=align) + "\n"
 
 
+def _savings_in_percent(table: pd.DataFrame) -> pd.DataFrame:
+    """`table` with every savings column (and its interval's) times 100, its name saying so."""
+    savings = [column for column in table if "savings" in column and pd.api.types.is_numeric_dtype(table[column])]
+    scaled = table.copy()
+    scaled[savings] = scaled[savings] * 100
+    return scaled.rename(columns={column: _percent_name(column) for column in savings})
+
+
+def _percent_name(column: str) -> str:
+    for end in (f" {CI_LOW}", f" {CI_HIGH}"):
+        if column.endswith(end):
+            return f"{column[: -len(end)]} (%){end}"
+    return f"{column} (%)"
+
+
 def _number(value: float) -> str:
+    if abs(value) < FLOAT_NOISE:
+        return "0"
     if abs(value) >= 1e4:
         return f"{value:.0f}"
     return f"{value:.4g}"
