@@ -6,6 +6,8 @@ The package is the trainer library:
   thresholds, replaying the rule over many prompts) and `costs` (savings in generated rollouts);
 - `CGRPOConfig` and `CGRPOTrainer` (`config`, `trainer`, with its parts `trainer_budgets`, `trainer_calibration`,
   `trainer_checks`, `trainer_state`, `padding` and `vllm_streaming`), and the stopping rules as plug-ins (`stopping`);
+- prompt allocators as plug-ins, deciding across a batch's prompts before they are drawn (`allocation`: GRESO, a
+  knapsack allocator, Reinforce-Ada's balanced sampling; their logic, not yet in the trainer);
 - DAPO's dynamic sampling for TRL's GRPO (`dapo`: `DynamicSamplingConfig`, `DynamicSamplingGRPOTrainer`, and the
   sampler C-GRPO reuses with `drop_unanimous=True`);
 - a compute budget for any GRPO trainer (`budget`: `RolloutBudget`), and a learning-rate schedule over it
