@@ -39,16 +39,16 @@ SHAPES = ("linear", "cosine", "constant")
 def budget_lr_factor(share: float, shape: str = "linear", warmup_share: float = 0.0, end_factor: float = 0.0) -> float:
     """The learning rate's multiple of its peak once `share` of the budget is spent.
 
-    A linear warmup from 0 to 1 over the first `warmup_share`, then `shape` from 1 down to `end_factor` at the budget:
-    ``linear``, ``cosine`` (half a cosine wave) or ``constant`` (1 throughout, `end_factor` unused). Shares past the
-    budget (a run ends at the first generation-batch boundary past it) keep the budget's value.
+    A linear warmup from 0 to 1 over the first `warmup_share` (below 1), then `shape` from 1 down to `end_factor` at the
+    budget: ``linear``, ``cosine`` (half a cosine wave) or ``constant`` (1 throughout, `end_factor` unused). Shares past
+    the budget (a run ends at the first generation-batch boundary past it) keep the budget's value.
     """
     share = min(max(share, 0.0), 1.0)
     if share < warmup_share:
         return share / warmup_share
     if shape == "constant":
         return 1.0
-    progress = (share - warmup_share) / (1.0 - warmup_share) if warmup_share < 1.0 else 1.0
+    progress = (share - warmup_share) / (1.0 - warmup_share)
     if shape == "linear":
         return 1.0 - (1.0 - end_factor) * progress
     return end_factor + (1.0 - end_factor) * 0.5 * (1.0 + math.cos(math.pi * progress))
