@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from datasets import Dataset
+from test_budget import _data
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
@@ -18,15 +18,6 @@ from cgrpo.budget_schedule import budget_lr_factor
 
 PEAK = 1e-3
 BUDGET = 96
-
-
-def _data(n: int, offset: int = 0) -> Dataset:
-    return Dataset.from_dict(
-        {
-            "prompt": [f"{i}+{i}=" for i in range(offset, offset + n)],
-            "answer": [str(2 * i) for i in range(offset, offset + n)],
-        }
-    )
 
 
 def _reward(completions, **kwargs):
