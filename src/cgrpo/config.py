@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .allocation import get_allocator
 from .calibration import SCORES, training_grid
 from .conformal import DELTA_MARGIN
 from .dapo.config import validate_dynamic_sampling
@@ -51,6 +52,16 @@ class CGRPOConfig(GRPOConfig):
             `{"confidence": 0.9}` for `"adaptive"`, `{"delta": 0.1, "mixed_stop": 8}` for `"signal"`, `{"size": 8}`
             for `"fixed"`, `{"tau": 0.9}` for `"share"` (overrides `stop_share`). The conformal rule takes its
             options from `conformal_delta`, `delta_margin` and `split_delta`.
+        prompt_allocator (`str` or `None`, *optional*, defaults to `None`):
+            A prompt allocator registered in `cgrpo.allocation` (`"greso"`, `"knapsack"`), which before each
+            generation batch plans every prompt's rollouts from its history: 0 skips it (a new prompt from the training
+            set takes its place), a budget of the grid caps its draws, and the stopping rule may stop it earlier. It
+            reads each training prompt's gold answer for the `"aps"` score. `None` plans nothing.
+        allocator_options (`dict` or `None`, *optional*, defaults to `None`):
+            Options of the prompt allocator by name (its `defaults`), e.g. `{"floor": 0.05}` for `"greso"`.
+        allocation_rollouts_per_prompt (`float` or `None`, *optional*, defaults to `None`):
+            A generation batch's total for the prompt allocator: this many rollouts per prompt of the batch, between
+            the grid's smallest and largest budgets; `None` is the largest (no prompt is held below it by the total).
         skip_impossible_budgets (`bool`, *optional*, defaults to `True`):
             Draw each prompt straight up to the next budget where its stopping rule could still stop, given the
             outcomes so far (`StoppingRule.could_stop`), in one generation round, instead of visiting every budget of
@@ -170,6 +181,24 @@ class CGRPOConfig(GRPOConfig):
         metadata={
             "help": "Options of the stopping rule by name, e.g. {'window': 2} for 'esc' or {'delta': 0.1} for "
             "'signal'; None keeps the rule's defaults."
+        },
+    )
+    prompt_allocator: str | None = field(
+        default=None,
+        metadata={
+            "help": "A prompt allocator registered in cgrpo.allocation ('greso', 'knapsack') that plans each prompt's "
+            "rollouts from its history before every generation batch (0 skips it); None plans nothing."
+        },
+    )
+    allocator_options: dict | None = field(
+        default=None,
+        metadata={"help": "Options of the prompt allocator by name, e.g. {'floor': 0.05} for 'greso'."},
+    )
+    allocation_rollouts_per_prompt: float | None = field(
+        default=None,
+        metadata={
+            "help": "A generation batch's total for the prompt allocator, in rollouts per prompt, between the grid's "
+            "smallest and largest budgets; None is the largest."
         },
     )
     skip_impossible_budgets: bool = field(
@@ -345,6 +374,7 @@ class CGRPOConfig(GRPOConfig):
             "adjust the batch size",
         )
         validate_dynamic_sampling(self, 1)
+        self._validate_allocation()
         if self.calibration_batch_size is None:
             generation_rows = self.per_device_train_batch_size * self.steps_per_generation
             self.calibration_batch_size = max(1, generation_rows // self.max_budget)
@@ -357,6 +387,35 @@ class CGRPOConfig(GRPOConfig):
     def build_stopping_rule(self):
         """The `cgrpo.stopping.StoppingRule` these options ask for."""
         return get_rule(self.stopping_rule).from_config(self)
+
+    def build_allocator(self):
+        """The `cgrpo.allocation.PromptAllocator` these options ask for (None without `prompt_allocator`)."""
+        if self.prompt_allocator is None:
+            return None
+        return get_allocator(self.prompt_allocator)(self.budget_grid, **(self.allocator_options or {}))
+
+    def _validate_allocation(self) -> None:
+        if self.prompt_allocator is None:
+            if self.allocator_options or self.allocation_rollouts_per_prompt is not None:
+                raise ValueError(
+                    "allocator_options and allocation_rollouts_per_prompt configure a prompt allocator; set "
+                    "prompt_allocator (e.g. 'greso') or drop them."
+                )
+            return
+        if self.drop_unanimous:
+            raise ValueError(
+                "prompt_allocator and drop_unanimous both replace prompts of a generation batch; use one of them."
+            )
+        # Building the allocator checks its name and options before any model is loaded.
+        self.build_allocator()
+        smallest = self.budget_grid[0]
+        if self.allocation_rollouts_per_prompt is None:
+            self.allocation_rollouts_per_prompt = float(self.max_budget)
+        elif not smallest <= self.allocation_rollouts_per_prompt <= self.max_budget:
+            raise ValueError(
+                f"allocation_rollouts_per_prompt must lie between the grid's smallest and largest budgets ({smallest} "
+                f"and {self.max_budget}), got {self.allocation_rollouts_per_prompt!r}."
+            )
 
     @property
     def max_budget(self) -> int:

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
+from accelerate.utils import gather_object
 from datasets import Dataset
 from trl import GRPOTrainer
 
+from .allocation.batch import PLANNED_KEY, BatchAllocation, prompt_key
 from .calibration import Thresholds
 from .config import TOKEN_NORMALIZED_LOSSES, CGRPOConfig
 from .dapo.sampler import DynamicSampler
@@ -51,6 +53,8 @@ Verifier = Callable[..., Sequence[bool]]
 
 # The file name of C-GRPO's per-process state in a checkpoint.
 STATE_NAME = "cgrpo"
+# The file name of the prompt allocator's per-process state in a checkpoint.
+ALLOCATION_STATE_NAME = "allocation"
 
 
 class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
@@ -201,6 +205,9 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
         # C-GRPO's own filler rows keep micro-batches equal, so any number of kept groups splits evenly.
         self._dynamic = DynamicSampler(self, rows_multiple=1) if args.drop_unanimous else None
         self.dynamic_totals = None if self._dynamic is None else self._dynamic.totals
+        self._allocation = _batch_allocation(self)
+        # Each group's outcomes in the latest generation batch, for the prompt allocator.
+        self._group_outcomes: list[list] = []
 
     # ------------------------------------------------------------------ the state, by its documented names
     @property
@@ -229,6 +236,10 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
     def budget_histogram(self) -> Counter[int]:
         return self.cgrpo_state.budget_histogram
 
+    @property
+    def allocation_totals(self) -> dict[str, float] | None:
+        return None if self._allocation is None else self._allocation.totals
+
     # ------------------------------------------------------------------ TRL hooks
     # Why: calibration must run with the current policy right before the batch it serves, and the padded rows must
     # leave the batch after TRL has used them for its group-shaped advantage computation. With `drop_unanimous`, the
@@ -243,12 +254,13 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
             start = self._extraction_counts()
             self.calibrate()
             self._check_extractions_since(start, f"the calibration at step {self.state.global_step}")
-        self._batch_examples = inputs
+        inputs = self._plan_batch(inputs)
         start = self._extraction_counts()
         try:
             if self._dynamic is not None:
                 inputs, self._pad_mask = self._dynamic.sample(inputs, self._generate_round)
             output = super()._generate_and_score_completions(inputs)
+            self._observe_batch()
             if not self._first_batch_checked:
                 self._check_extractions_since(start, "the first generation batch")
                 self._first_batch_checked = True
@@ -257,6 +269,30 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
             self._pad_mask = None
             if self._dynamic is not None:
                 self._dynamic.clear()
+
+    def _plan_batch(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The generation batch TRL builds: the dataloader's, or the prompt allocator's with skipped prompts replaced,
+        whose generation-side copies (`_batch_examples`) carry each prompt's planned rollouts."""
+        if self._allocation is None:
+            self._batch_examples = inputs
+            return inputs
+        width = self.args.max_budget
+        examples, planned = self._allocation.plan(inputs[::width])
+        self._batch_examples = [
+            {**example, PLANNED_KEY: k} for example, k in zip(examples, planned) for _ in range(width)
+        ]
+        metrics, totals = self._metrics["train"], self._allocation.totals
+        for key in ("skipped_prompts", "refill_prompts", "planned_rollouts"):
+            metrics[f"allocation/{key}_total"] = [totals[key]]
+        return [example for example in examples for _ in range(width)]
+
+    def _observe_batch(self) -> None:
+        """Tell the prompt allocator what each group of the batch drew (its correctness rewards)."""
+        if self._allocation is None:
+            return
+        examples = self._batch_examples[:: self.args.max_budget]
+        rewards = [self._rewards(outcomes, e) for outcomes, e in zip(self._group_outcomes, examples, strict=True)]
+        self._allocation.observe([prompt_key(example["prompt"]) for example in examples], rewards)
 
     # Why: TRL draws all G completions of a group in one call; C-GRPO draws them in budget increments and stops each
     # prompt early (with `drop_unanimous`, TRL's pass over the kept groups gets the completions the rounds sampled).
@@ -375,15 +411,21 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
 
     # Why: C-GRPO's state decides the rest of a resumed run; with `drop_unanimous`, so does the sampler's.
     def save_own_state(self, folder: Path) -> None:
-        write_state(folder, STATE_NAME, self.accelerator.process_index, self.cgrpo_state.to_dict())
+        rank = self.accelerator.process_index
+        write_state(folder, STATE_NAME, rank, self.cgrpo_state.to_dict())
         if self._dynamic is not None:
             self._dynamic.save(folder)
+        if self._allocation is not None:
+            write_state(folder, ALLOCATION_STATE_NAME, rank, self._allocation.state_dict())
 
     def load_own_state(self, folder: Path) -> None:
         state = read_state(folder, STATE_NAME, self.accelerator.process_index, "C-GRPO state")
         self.cgrpo_state = CGRPOState.from_dict(state)
         if self._dynamic is not None:
             self._dynamic.load(folder)
+        if self._allocation is not None:
+            rank = self.accelerator.process_index
+            self._allocation.load_state_dict(read_state(folder, ALLOCATION_STATE_NAME, rank, "prompt allocator state"))
 
     # ------------------------------------------------------------------ after TRL's scoring
     def _drop_padded_rows(self, output: dict[str, Any]) -> dict[str, Any]:
@@ -409,11 +451,33 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
 
 # ---------------------------------------------------------------------- helpers
 def _check_rewards_readable(rule, args: CGRPOConfig, train_dataset) -> None:
-    """A rule that reads rewards needs each training prompt's gold answer for the `"aps"` score."""
+    """A rule or allocator that reads rewards needs each training prompt's gold answer for the `"aps"` score."""
     columns = getattr(train_dataset, "column_names", None)
     column = args.calibration_answer_column
-    if rule.needs_rewards and args.score == "aps" and columns is not None and column not in columns:
-        raise ValueError(
-            f"stopping_rule={args.stopping_rule!r} reads each training prompt's reward, but train_dataset has no "
-            f"column {column!r} with its gold answer; add it or set calibration_answer_column."
-        )
+    if args.score != "aps" or columns is None or column in columns:
+        return
+    for reads, what in [
+        (rule.needs_rewards, f"stopping_rule={args.stopping_rule!r}"),
+        (args.prompt_allocator, f"prompt_allocator={args.prompt_allocator!r}"),
+    ]:
+        if reads:
+            raise ValueError(
+                f"{what} reads each training prompt's reward, but train_dataset has no column {column!r} with its "
+                "gold answer; add it or set calibration_answer_column."
+            )
+
+
+def _batch_allocation(trainer: CGRPOTrainer) -> BatchAllocation | None:
+    """The prompt allocator's runner over the trainer's batches (None without `args.prompt_allocator`)."""
+    args, accelerator = trainer.args, trainer.accelerator
+    if args.prompt_allocator is None:
+        return None
+    return BatchAllocation(
+        args.build_allocator(),
+        args.allocation_rollouts_per_prompt,
+        trainer.train_dataset,
+        args.seed,
+        accelerator.process_index,
+        accelerator.num_processes,
+        gather=lambda value: gather_object([value]),
+    )

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
 
+from .allocation.batch import PLANNED_KEY
 from .costs import rollout_savings
 from .padding import log_length_stats
 from .stopping import correct_flags, next_budget
@@ -70,6 +71,7 @@ class BudgetSamplingMixin:
                 if target < width and not self._stops(target, outcomes[i], examples[i])
             }
         self._count_rounds(rounds)
+        self._group_outcomes = outcomes
         return self._pad_groups(rows)
 
     def _stream_budgets(self, group_prompts: list, examples: list[dict[str, Any]]):
@@ -111,6 +113,7 @@ class BudgetSamplingMixin:
         # The step waits for the longest chain of increments on any process.
         chain = torch.tensor([plan[0].chain], device=self.accelerator.device)
         self._count_rounds(int(self.accelerator.gather(chain).max().item()))
+        self._group_outcomes = plan[0].outcomes
         return self._pad_groups(rows)
 
     def _stream_hook(self, stream: BudgetStream, server: bool) -> tuple[Any, Callable | None]:
@@ -141,12 +144,14 @@ class BudgetSamplingMixin:
         self._metrics["train"]["cgrpo/generation_rounds"].append(float(rounds))
 
     def _next_budget(self, outcomes: list, example: dict[str, Any]) -> int:
-        """The budget a prompt with these outcomes draws up to in its next round."""
+        """The budget a prompt with these outcomes draws up to in its next round (at most its planned rollouts)."""
         grid = self.args.budget_grid
         if not self.args.skip_impossible_budgets:
-            return next(k for k in grid if k > len(outcomes))
-        rewards = self._rewards(outcomes, example) if self.stopping_rule.needs_rewards else None
-        return next_budget(self.stopping_rule, self.stopping_fit, grid, outcomes, rewards)
+            budget = next(k for k in grid if k > len(outcomes))
+        else:
+            rewards = self._rewards(outcomes, example) if self.stopping_rule.needs_rewards else None
+            budget = next_budget(self.stopping_rule, self.stopping_fit, grid, outcomes, rewards)
+        return min(budget, example.get(PLANNED_KEY, budget))
 
     def _common_step(self, steps) -> int:
         """The largest number that divides every process's increments: the group width TRL lays the call out in."""
@@ -154,6 +159,9 @@ class BudgetSamplingMixin:
         return math.gcd(*self.accelerator.gather(torch.tensor([local], device=self.accelerator.device)).tolist())
 
     def _stops(self, k: int, outcomes: list, example: dict[str, Any]) -> bool:
+        """Whether a prompt stops at budget `k`: its planned rollouts are drawn, or its stopping rule holds."""
+        if k >= example.get(PLANNED_KEY, self.args.max_budget):
+            return True
         rule = self.stopping_rule
         rewards = self._rewards(outcomes, example) if rule.needs_rewards else None
         return rule.stops(k, outcomes, rewards, self.stopping_fit, self.cgrpo_state.stopping_rng)

@@ -59,15 +59,16 @@ class Streamed:
 @dataclass
 class StreamPlan:
     """What a streamed generation batch decided, per prompt: the budget it stopped at and its completions' texts as
-    its rule read them; and the longest chain of increments (the rounds a step waited for)."""
+    its rule read them and their outcomes; and the longest chain of increments (the rounds a step waited for)."""
 
     budgets: list[int]
     texts: list[list[str]]
+    outcomes: list[list]
     chain: int
 
     def part(self, start: int, stop: int) -> StreamPlan:
         """The plan of prompts `start` to `stop` (one process's, in server mode)."""
-        return StreamPlan(self.budgets[start:stop], self.texts[start:stop], self.chain)
+        return StreamPlan(self.budgets[start:stop], self.texts[start:stop], self.outcomes[start:stop], self.chain)
 
 
 class BudgetStream:
@@ -108,7 +109,7 @@ class BudgetStream:
         """The decisions, once `run` has streamed (None before, as on the processes of server mode that do not)."""
         if self.streamed is None:
             return None
-        return StreamPlan(self.streamed.budgets, self.texts, max(self.streamed.increments))
+        return StreamPlan(self.streamed.budgets, self.texts, self.drawn, max(self.streamed.increments))
 
 
 def stream_increments(engine, prompts: Sequence[Any], params, first: Sequence[int], decide: Decide) -> Streamed:

@@ -1,13 +1,13 @@
 """Prompt allocators as plug-ins: before a generation batch, each prompt's planned rollouts from its history.
 
-Registered here (issue #56; their logic and its hand-computed tests, not yet wired into the trainer):
+Registered here, run by `CGRPOTrainer` with `CGRPOConfig.prompt_allocator` (`cgrpo.allocation.batch`):
 
 * ``greso``: skips, before rollout, prompts whose recent groups all agreed, with an adaptive exploration probability;
 * ``knapsack``: shares a batch's rollouts out by each prompt's last success rate under a fixed total;
 
 and Reinforce-Ada's balanced exit, balanced group and pool-baseline advantages (`reinforce_ada`), which act within a
-prompt as it is drawn. A new allocator is one :class:`PromptAllocator` subclass decorated with
-:func:`register_allocator`.
+prompt as it is drawn (functions, not yet a trainer option). A new allocator is one :class:`PromptAllocator` subclass
+decorated with :func:`register_allocator` (docs/method.md, "Prompt allocators").
 """
 
 from . import greso, knapsack, reinforce_ada  # noqa: I001
