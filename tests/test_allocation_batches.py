@@ -15,6 +15,7 @@ from test_trainer import _config as trainer_config
 from cgrpo import CGRPOConfig, CGRPOTrainer
 from cgrpo.allocation import base, get_allocator
 from cgrpo.allocation.batch import BatchAllocation, prompt_key
+from cgrpo.stopping import get_rule
 
 GRID = [2, 4, 8]
 REPO = Path(__file__).resolve().parents[1]
@@ -223,3 +224,70 @@ def test_the_docs_recipe_for_an_allocator_runs(monkeypatch):
     plans = _run(allocation, BATCHES[:4])
     # The always-right prompts (0, 3, 6) are skipped once solved and replaced.
     assert all(len(drawn) == 4 for drawn, _ in plans) and allocation.totals["skipped_prompts"] >= 2
+
+
+# ---------------------------------------------------------------------- Reinforce-Ada in the trainer
+def test_the_balanced_rule_stops_once_both_sides_are_there():
+    rule = get_rule("balanced")("aps", count=2)
+    assert not rule.stops(4, [None] * 4, [1.0, 1.0, 1.0, 0.0], None, None)
+    assert rule.stops(4, [None] * 4, [1.0, 0.0, 1.0, 0.0], None, None)
+    # Two right so far: two more draws could bring the two wrong ones at 4, not at 3.
+    assert rule.could_stop(4, [None] * 2, [1.0, 1.0], None) and not rule.could_stop(3, [None] * 2, [1.0, 1.0], None)
+
+
+@pytest.mark.parametrize(("weighting", "factor"), [("none", 1.0), ("inverse_rate", 4.0)])
+def test_a_balanced_group_trains_on_its_chosen_answers_against_the_pools_mean(
+    tiny_model_dir, tmp_path, weighting, factor
+):
+    drawn: dict[int, int] = {}
+
+    def third_draw_passes(completions, key):
+        # Each prompt's third answer is its only right one: [wrong, wrong] at 2, then [right, wrong] at 4, where one
+        # right and one wrong answer end the sampling.
+        start = drawn.get(key, 0)
+        drawn[key] = start + len(completions)
+        return [start + i == 2 for i in range(len(completions))]
+
+    def third_row_rewarded(completions, **kwargs):
+        return [float(i % 4 == 2) for i in range(len(completions))]
+
+    data = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(4)], "key": list(range(4))})
+    trainer = CGRPOTrainer(
+        model=tiny_model_dir,
+        reward_funcs=third_row_rewarded,
+        args=trainer_config(
+            tmp_path,
+            score="first_success",
+            stopping_rule="balanced",
+            stopping_options={"count": 1},
+            balanced_group_size=2,
+            balanced_weighting=weighting,
+            scale_rewards="none",
+        ),
+        train_dataset=data,
+        verifier=third_draw_passes,
+    )
+    trainer.model.train()
+    rows = [dict(row) for row in data.select(range(2)) for _ in range(trainer.args.max_budget)]
+    output = trainer._generate_and_score_completions(rows)
+    assert dict(trainer.budget_histogram) == {4: 2} and trainer.cgrpo_totals["train_rollouts"] == 8
+    # Two rows per group trained on: the right answer at 1 - 1/4 and one wrong one at -1/4, times the factor.
+    real = output["advantages"][~output["filler_rows"]]
+    assert len(real) == 4
+    for group in real.view(2, 2):
+        assert sorted(group.tolist()) == pytest.approx([-0.25 * factor, 0.75 * factor])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"balanced_group_size": 4}, "set scale_rewards='none'"),
+        ({"balanced_group_size": 16, "scale_rewards": "none"}, "between 2 and max"),
+        ({"balanced_group_size": 4, "scale_rewards": "none", "prompt_allocator": "greso"}, "use one of them"),
+        ({"balanced_weighting": "inverse"}, "balanced_weighting must be one of"),
+        ({"stopping_rule": "balanced", "stopping_options": {"count": 0}}, "count must be a positive integer"),
+    ],
+)
+def test_bad_balanced_group_options_are_refused(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        _config(tmp_path, **{"stopping_options": None, **overrides})

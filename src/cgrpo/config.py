@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .allocation import get_allocator
+from .allocation.reinforce_ada import WEIGHTINGS
 from .calibration import SCORES, training_grid
 from .conformal import DELTA_MARGIN
 from .dapo.config import validate_dynamic_sampling
@@ -62,6 +63,16 @@ class CGRPOConfig(GRPOConfig):
         allocation_rollouts_per_prompt (`float` or `None`, *optional*, defaults to `None`):
             A generation batch's total for the prompt allocator: this many rollouts per prompt of the batch, between
             the grid's smallest and largest budgets; `None` is the largest (no prompt is held below it by the total).
+        balanced_group_size (`int` or `None`, *optional*, defaults to `None`):
+            Reinforce-Ada's fixed-size group (with `stopping_rule="balanced"`, its exit): of each prompt's answers,
+            train on this many, half right and half wrong where they allow (the short side filled from the other),
+            the others generated and counted but left out of the loss; every answer's advantage is its reward minus
+            the mean reward of all the prompt's answers, so `scale_rewards` must be `"none"`. `None` trains on every
+            answer, as GRPO.
+        balanced_weighting (`str`, *optional*, defaults to `"none"`):
+            With `balanced_group_size`, a factor on each prompt's advantages from its answers' success rate `p`:
+            `"none"` (Reinforce-Ada's algorithm), `"inverse_rate"` (`1 / p`, its text's estimator) or
+            `"inverse_sqrt_rate"`.
         skip_impossible_budgets (`bool`, *optional*, defaults to `True`):
             Draw each prompt straight up to the next budget where its stopping rule could still stop, given the
             outcomes so far (`StoppingRule.could_stop`), in one generation round, instead of visiting every budget of
@@ -199,6 +210,21 @@ class CGRPOConfig(GRPOConfig):
         metadata={
             "help": "A generation batch's total for the prompt allocator, in rollouts per prompt, between the grid's "
             "smallest and largest budgets; None is the largest."
+        },
+    )
+    balanced_group_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Reinforce-Ada's fixed-size balanced group: train on this many of each prompt's answers, half "
+            "right and half wrong where they allow, with the pool's mean reward as baseline (scale_rewards='none'); "
+            "None trains on every answer."
+        },
+    )
+    balanced_weighting: str = field(
+        default="none",
+        metadata={
+            "help": "With balanced_group_size, a factor on each prompt's advantages from its success rate p: 'none', "
+            "'inverse_rate' (1/p) or 'inverse_sqrt_rate'."
         },
     )
     skip_impossible_budgets: bool = field(
@@ -375,6 +401,7 @@ class CGRPOConfig(GRPOConfig):
         )
         validate_dynamic_sampling(self, 1)
         self._validate_allocation()
+        self._validate_balanced_group()
         if self.calibration_batch_size is None:
             generation_rows = self.per_device_train_batch_size * self.steps_per_generation
             self.calibration_batch_size = max(1, generation_rows // self.max_budget)
@@ -415,6 +442,30 @@ class CGRPOConfig(GRPOConfig):
             raise ValueError(
                 f"allocation_rollouts_per_prompt must lie between the grid's smallest and largest budgets ({smallest} "
                 f"and {self.max_budget}), got {self.allocation_rollouts_per_prompt!r}."
+            )
+
+    def _validate_balanced_group(self) -> None:
+        if self.balanced_weighting not in WEIGHTINGS:
+            raise ValueError(
+                f"balanced_weighting must be one of {', '.join(WEIGHTINGS)}, got {self.balanced_weighting!r}."
+            )
+        size = self.balanced_group_size
+        if size is None:
+            return
+        if not (isinstance(size, int) and not isinstance(size, bool) and 2 <= size <= self.max_budget):
+            raise ValueError(
+                f"balanced_group_size must be an integer between 2 and max(budget_grid) ({self.max_budget}), got "
+                f"{size!r}."
+            )
+        if self.scale_rewards != "none":
+            raise ValueError(
+                "balanced_group_size takes the mean reward of a prompt's answers as the baseline without dividing by a "
+                f"deviation (Reinforce-Ada), which scale_rewards={self.scale_rewards!r} would; set scale_rewards='none'."
+            )
+        if self.prompt_allocator is not None or self.drop_unanimous:
+            raise ValueError(
+                "balanced_group_size chooses which answers train within each group, which a prompt allocator or "
+                "drop_unanimous does not yet compose with; use one of them."
             )
 
     @property

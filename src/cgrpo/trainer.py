@@ -17,6 +17,7 @@ from datasets import Dataset
 from trl import GRPOTrainer
 
 from .allocation.batch import PLANNED_KEY, BatchAllocation, prompt_key
+from .allocation.reinforce_ada import balanced_group, rate_weight
 from .calibration import Thresholds
 from .config import TOKEN_NORMALIZED_LOSSES, CGRPOConfig
 from .dapo.sampler import DynamicSampler
@@ -206,8 +207,11 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
         self._dynamic = DynamicSampler(self, rows_multiple=1) if args.drop_unanimous else None
         self.dynamic_totals = None if self._dynamic is None else self._dynamic.totals
         self._allocation = _batch_allocation(self)
-        # Each group's outcomes in the latest generation batch, for the prompt allocator.
+        # Each group's outcomes in the latest generation batch, for the prompt allocator and the balanced group.
         self._group_outcomes: list[list] = []
+        # With `balanced_group_size`: the real rows left out of the loss, and each row's advantage factor.
+        self._left_out: list[bool] | None = None
+        self._row_factors: list[float] | None = None
 
     # ------------------------------------------------------------------ the state, by its documented names
     @property
@@ -261,12 +265,16 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
                 inputs, self._pad_mask = self._dynamic.sample(inputs, self._generate_round)
             output = super()._generate_and_score_completions(inputs)
             self._observe_batch()
+            if self._row_factors is not None:
+                output["advantages"] = output["advantages"] * torch.tensor(
+                    self._row_factors, device=self.accelerator.device
+                )
             if not self._first_batch_checked:
                 self._check_extractions_since(start, "the first generation batch")
                 self._first_batch_checked = True
             return self._drop_padded_rows(output)
         finally:
-            self._pad_mask = None
+            self._pad_mask = self._left_out = self._row_factors = None
             if self._dynamic is not None:
                 self._dynamic.clear()
 
@@ -306,7 +314,31 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
         start = time.perf_counter()
         result = self._generate_with_budgets(prompts)
         self.cgrpo_totals["generation_s"] += time.perf_counter() - start
+        self._choose_balanced_rows()
         return result
+
+    def _choose_balanced_rows(self) -> None:
+        """With `balanced_group_size`, Reinforce-Ada's balanced group of each prompt's answers (the rest left out of
+        the loss) and its advantage factor; TRL's baseline, the mean over a group's real rows, is the pool's mean."""
+        size = self.args.balanced_group_size
+        if size is None:
+            return
+        width, rng = self.args.max_budget, self.cgrpo_state.stopping_rng
+        self._left_out, self._row_factors = [False] * len(self._pad_mask), [1.0] * len(self._pad_mask)
+        examples = self._batch_examples[::width]
+        for g, (outcomes, example) in enumerate(zip(self._group_outcomes, examples, strict=True)):
+            rewards = self._rewards(outcomes, example)
+            chosen = set(balanced_group(rewards, size, rng) if len(rewards) > size else range(len(rewards)))
+            factor = rate_weight(rewards, self.args.balanced_weighting)
+            for i in range(len(rewards)):
+                self._left_out[g * width + i] = i not in chosen
+                self._row_factors[g * width + i] = factor
+
+    def _rows_out_of_the_loss(self) -> list[bool]:
+        """The rows that leave the batch before the loss: padding, and with a balanced group the answers left out."""
+        if self._left_out is None:
+            return list(self._pad_mask)
+        return [pad or out for pad, out in zip(self._pad_mask, self._left_out, strict=True)]
 
     # Why: padded rows must carry a NaN reward whatever the reward function (a reward model scores any text), and
     # TRL's warning about rows without a reward would fire for every padded row. With `drop_unanimous`, the kept
@@ -336,7 +368,7 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
             )
-        real = (~torch.tensor(self._pad_mask, device=input_ids.device)).nonzero().squeeze(1)
+        real = (~torch.tensor(self._rows_out_of_the_loss(), device=input_ids.device)).nonzero().squeeze(1)
         lengths = attention_mask[real, -logits_to_keep:].sum(dim=1)
         order = real[torch.argsort(lengths, descending=True, stable=True)]
         chunk = kwargs.pop("batch_size", None) or (args[0] if args else None) or len(order)
@@ -435,7 +467,7 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
         `steps_per_generation`), because TRL gathers per-row loss statistics and splits the batch evenly.
         """
         device = self.accelerator.device
-        padded = torch.tensor(self._pad_mask)
+        padded = torch.tensor(self._rows_out_of_the_loss())
         drop_padded_from_logs(self._logs, self.accelerator.gather(padded.to(device)).tolist())
         real, pads = (~padded).nonzero().squeeze(1), padded.nonzero().squeeze(1)
         real_counts = self.accelerator.gather(torch.tensor([len(real)], device=device))

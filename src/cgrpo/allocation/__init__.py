@@ -6,7 +6,7 @@ Registered here, run by `CGRPOTrainer` with `CGRPOConfig.prompt_allocator` (`cgr
 * ``knapsack``: shares a batch's rollouts out by each prompt's last success rate under a fixed total;
 
 and Reinforce-Ada's balanced exit, balanced group and pool-baseline advantages (`reinforce_ada`), which act within a
-prompt as it is drawn (functions, not yet a trainer option). A new allocator is one :class:`PromptAllocator` subclass
+prompt as it is drawn (the trainer's `balanced` stopping rule and `balanced_group_size`). A new allocator is one :class:`PromptAllocator` subclass
 decorated with :func:`register_allocator` (docs/method.md, "Prompt allocators").
 """
 

@@ -16,7 +16,7 @@ import math
 import random
 from collections.abc import Sequence
 
-__all__ = ["WEIGHTINGS", "balanced_exit", "balanced_group", "pool_advantages"]
+__all__ = ["WEIGHTINGS", "balanced_exit", "balanced_group", "pool_advantages", "rate_weight"]
 
 WEIGHTINGS = ("none", "inverse_rate", "inverse_sqrt_rate")
 
@@ -43,10 +43,19 @@ def pool_advantages(rewards: Sequence[float], chosen: Sequence[int], weighting: 
     """The advantages of the `chosen` answers: reward minus the whole pool's mean reward, times the weighting's factor
     of the pool's success rate (1, its inverse, or its inverse square root; 0 where nothing was right, whose
     advantages are zero anyway)."""
+    baseline = sum(float(reward) for reward in rewards) / len(rewards)
+    factor = rate_weight(rewards, weighting)
+    return [(float(rewards[i]) - baseline) * factor for i in chosen]
+
+
+def rate_weight(rewards: Sequence[float], weighting: str) -> float:
+    """The weighting's factor of a pool's success rate: 1, its inverse or its inverse square root (0 where nothing
+    was right, whose advantages are zero anyway)."""
     if weighting not in WEIGHTINGS:
         raise ValueError(f"weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}.")
     rate = sum(float(reward) >= 0.5 for reward in rewards) / len(rewards)
-    baseline = sum(float(reward) for reward in rewards) / len(rewards)
-    factor = {"none": 1.0, "inverse_rate": 1.0 / rate if rate else 0.0}
-    factor["inverse_sqrt_rate"] = 1.0 / math.sqrt(rate) if rate else 0.0
-    return [(float(rewards[i]) - baseline) * factor[weighting] for i in chosen]
+    if weighting == "none":
+        return 1.0
+    if not rate:
+        return 0.0
+    return 1.0 / rate if weighting == "inverse_rate" else 1.0 / math.sqrt(rate)

@@ -6,14 +6,15 @@ options. Registered here:
 * ``conformal``: C-GRPO's rule, calibrated thresholds ``qhat_k`` (the default);
 * ``unanimous``, ``share``, ``esc``, ``adaptive``: calibration-free agreement rules;
 * ``signal``: a calibrated rule that bounds the share of informative GRPO groups it loses;
-* ``fixed``: every prompt stops at one group size, fixed-group GRPO on the grid (the replay's reference line).
+* ``fixed``: every prompt stops at one group size, fixed-group GRPO on the grid (the replay's reference line);
+* ``balanced``: Reinforce-Ada's exit, once a prompt holds enough right and wrong answers.
 
 A new rule is one :class:`StoppingRule` subclass decorated with :func:`register`, in any module imported before the
 trainer or the pipeline builds it (the pipeline imports the modules listed in its config's ``plugins``).
 """
 
-# The import order is the registry's order: C-GRPO's rule first, the reference line last.
-from . import conformal_rule, agreement, signal, reference  # noqa: I001
+# The import order is the registry's order: C-GRPO's rule first, then the reference line, then later additions.
+from . import conformal_rule, agreement, signal, reference, balanced  # noqa: I001
 from .agreement import top_share
 from .base import (
     RULES,
@@ -34,6 +35,7 @@ __all__ = [
     "Pools",
     "StoppingRule",
     "agreement",
+    "balanced",
     "conformal_rule",
     "correct_flags",
     "get_rule",

@@ -35,6 +35,7 @@ STYLES: dict[str, Style] = {
     "esc": Style("#56B4E9", "P"),
     "adaptive": Style("#8C564B", "X"),
     "signal": Style("#6A3D9A", "h"),
+    "balanced": Style("#882255", "d"),
     "base": Style("#555555", "*"),
 }
 # The replay's names for two methods' rules.
