@@ -77,6 +77,9 @@ def test_every_config_section_refuses_unknown_keys():
     checked_elsewhere = {
         "$defs.trainer_overrides",
         "config.cgrpo.ablations.settings",
+        "config.cgrpo.ablations.options",
+        "config.allocators.options",
+        "config.allocators.rollouts_per_prompt",
         "config.learning_rates.by_method",
         "config.replay.settings",
         "config.replay.options",
@@ -437,4 +440,23 @@ def test_stopping_rules_of_the_ablations_and_the_replay_are_checked_against_the_
     # A valid setting plans: ESC runs at two windows, one run per window and seed.
     config = with_change("cgrpo.ablations.settings", {"esc": [2, 4]})
     config["cgrpo"]["ablations"]["rules"] = ["esc"]
+    planned(config)
+
+
+def test_allocators_and_the_rules_trainer_options_are_checked():
+    cases = [
+        (
+            "allocators.runs",
+            ["gresso"],
+            "names 'gresso', which is no registered prompt allocator (greso, knapsack); did",
+        ),
+        ("allocators.options", {"greso": {"size": 3}}, "allocators.options.greso: GRESO's size must be a budget"),
+        ("allocators.rollouts_per_prompt", {"knapsack": 64}, "rollouts_per_prompt.knapsack is 64, outside the grid's"),
+        ("cgrpo.ablations.options", {"balanced": {"group_size": 4}}, "options.balanced.group_size is not an option"),
+    ]
+    for key, value, message in cases:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            planned(with_change(key, value))
+    config = with_change("allocators", {"runs": ["greso", "knapsack"], "rollouts_per_prompt": {"knapsack": 4}})
+    config["cgrpo"]["ablations"].update(rules=["balanced"], options={"balanced": {"scale_rewards": "none"}})
     planned(config)

@@ -307,3 +307,31 @@ def test_job_logs_leave_out_trls_use_of_renamed_transformers_names(tiny_model_di
     noisy = _renamed_checkpointing_warnings(tiny_model_dir, tmp_path, quiet=False)
     assert len(noisy) == 4 and all("gradient_checkpointing" in message for message in noisy)
     assert _renamed_checkpointing_warnings(tiny_model_dir, tmp_path, quiet=True) == []
+
+
+def test_allocator_and_reinforce_ada_options_reach_the_trainer_and_the_record(tiny_model_dir, tmp_path):
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["allocators"] = {"runs": ["knapsack"], "rollouts_per_prompt": {"knapsack": 4}}
+    config["cgrpo"]["ablations"].update(
+        rules=["balanced"], options={"balanced": {"balanced_group_size": 4, "scale_rewards": "none"}}
+    )
+    splits = tmp_path / "splits"
+    make_splits(
+        get_task("arithmetic", num_examples=100).load(),
+        splits,
+        sizes={"train": 16, "calibration": 48, "eval": 4},
+        seed=0,
+    )
+    spec = run_specs.train_spec(config, "knapsack_s0_g2-4-8-16-32", tiny_model_dir, str(splits))
+    knapsack = trainers.ablation_trainer(spec, tmp_path / "knapsack")
+    assert knapsack._allocation.allocator.name == "knapsack" and knapsack._allocation.rollouts_per_prompt == 4
+    spec = run_specs.train_spec(config, "balanced_s0_g2-4-8-16-32_t2", tiny_model_dir, str(splits))
+    balanced = trainers.ablation_trainer(spec, tmp_path / "balanced")
+    assert balanced.args.balanced_group_size == 4 and balanced.stopping_rule.setting() == 2
+    # The record of an allocator's run says what it planned and skipped; other runs' records keep their fields.
+    knapsack._allocation.totals.update(skipped_prompts=3, planned_rollouts=64)
+    fields = runs._allocation_fields(knapsack)
+    assert fields["prompt_allocator"] == "knapsack" and fields["allocation"]["skipped_prompts"] == 3
+    assert runs._allocation_fields(balanced) == {}
+    record = {"method": "knapsack", "budget_grid": "2-4-8-16-32", **fields}
+    assert setting_label(record) == "grid 2-4-8-16-32, 4 rollouts per prompt"

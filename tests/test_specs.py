@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cgrpo.allocation import allocator_names
 from cgrpo.pipeline.configuration.methods import (
     METHODS,
     RunName,
     ablation_run_name,
+    allocator_run_name,
     cgrpo_run_name,
     dapo_run_name,
     grpo_run_name,
@@ -178,6 +180,8 @@ def test_the_registry_lists_every_configured_run_and_refuses_a_calibrated_run_wi
     # Every registered stopping rule but C-GRPO's own can run as an ablation.
     rules = [rule for rule in rule_names() if rule != "conformal"]
     config["cgrpo"] = {**CONFIG["cgrpo"], "ablations": {**CONFIG["cgrpo"]["ablations"], "rules": rules}}
+    # And every registered prompt allocator.
+    config["allocators"] = {"runs": allocator_names()}
     assert "dapo" not in {parse_run_name(run).method for run in static_runs(CONFIG)}
     runs = static_runs(config)
     seeds = len(config["seeds"])
@@ -186,6 +190,7 @@ def test_the_registry_lists_every_configured_run_and_refuses_a_calibrated_run_wi
         + len(config["dapo"]["num_generations"])
         + 1
         + len(config["cgrpo"]["ablations"]["rules"])
+        + len(allocator_names())
     )
     assert len(runs) == len(set(runs)) == expected
     assert {parse_run_name(run).method for run in runs} == set(METHODS)
@@ -209,3 +214,26 @@ def test_model_sources_are_checked_before_any_job_loads_them(tiny_model_dir, tmp
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ValueError, match="not in the local cache, and HF_HUB_OFFLINE is set"):
         check_model_source("org/some-model")
+
+
+def test_allocator_and_reinforce_ada_runs_carry_their_trainer_options():
+    config = {**CONFIG, "allocators": {"options": {"greso": {"size": 4}}, "rollouts_per_prompt": {"knapsack": 4}}}
+    ablations = {**CONFIG["cgrpo"]["ablations"], "options": {"balanced": {"balanced_group_size": 4}}}
+    config["cgrpo"] = {**CONFIG["cgrpo"], "ablations": ablations}
+    grid = CONFIG["cgrpo"]["budget_grids"][0]
+    greso = train_spec(config, allocator_run_name("greso", 1, grid), "model", "splits").cgrpo
+    assert greso["prompt_allocator"] == "greso" and greso["allocator_options"] == {"size": 4}
+    # The fixed rule at the largest budget leaves the draws to the allocator; nothing is calibrated.
+    assert greso["stopping_options"] == {"size": max(grid)} and greso["calibration_holdout"] == 0
+    assert (
+        train_spec(config, allocator_run_name("knapsack", 1, grid), "model", "splits").cgrpo[
+            "allocation_rollouts_per_prompt"
+        ]
+        == 4
+    )
+    balanced = train_spec(config, ablation_run_name("balanced", 1, grid, 2), "model", "splits").cgrpo
+    assert balanced["balanced_group_size"] == 4 and balanced["stopping_options"] == {"count": 2}
+    # Another rule's runs stay as they were.
+    assert (
+        "balanced_group_size" not in train_spec(config, ablation_run_name("esc", 1, grid, 4), "model", "splits").cgrpo
+    )

@@ -36,6 +36,8 @@ STYLES: dict[str, Style] = {
     "adaptive": Style("#8C564B", "X"),
     "signal": Style("#6A3D9A", "h"),
     "balanced": Style("#882255", "d"),
+    "greso": Style("#44AA99", "<"),
+    "knapsack": Style("#999933", ">"),
     "base": Style("#555555", "*"),
 }
 # The replay's names for two methods' rules.

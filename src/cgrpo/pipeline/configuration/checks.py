@@ -12,14 +12,15 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ...allocation import allocator_names, get_allocator
 from ...calibration import training_grid
 from ...conformal import smallest_supported_delta
 from ...stopping import get_rule, rule_names
 from ..tasks import TASKS, available_tasks, check_task_score, get_task
 from .methods import METHODS, static_runs
-from .options import BOOTSTRAP_SETTINGS, GRPO_CONFIG, LORA_CONFIG, check_options
+from .options import BOOTSTRAP_SETTINGS, CGRPO_CONFIG, GRPO_CONFIG, LORA_CONFIG, check_options
 from .run_specs import train_spec
-from .specs import base_model_path, check_model_source
+from .specs import base_model_path, check_model_source, evaluation_grid
 
 
 class ConfigError(ValueError):
@@ -42,6 +43,7 @@ def check_config(config: Mapping[str, Any]) -> None:
         check_shared_schedule(config)
         check_batch_sizes(config)
         check_stopping_rules(config)
+        check_allocators(config)
         check_budget(config)
         check_learning_rates(config)
         check_signal_control(config)
@@ -138,16 +140,11 @@ def check_stopping_rules(config: Mapping[str, Any]) -> None:
     ablations, replay = config["cgrpo"]["ablations"], config["replay"]
     named = [("cgrpo.ablations.rules", rule) for rule in ablations["rules"]]
     named += [("cgrpo.ablations.settings", rule) for rule in ablations["settings"]]
+    named += [("cgrpo.ablations.options", rule) for rule in ablations.get("options", {})]
     named += [("replay.settings", rule) for rule in replay["settings"]]
     named += [("replay.options", rule) for rule in replay["options"]]
     for key, rule in named:
-        if rule not in rule_names():
-            close = difflib.get_close_matches(rule, rule_names(), n=1)
-            fix = f"did you mean {close[0]!r}, or" if close else "fix the name or"
-            raise ConfigError(
-                f"config key {key} names {rule!r}, which is no registered stopping rule ({', '.join(rule_names())}); "
-                f"{fix} list the module that registers it under plugins."
-            )
+        _check_registered(key, rule, rule_names(), "stopping rule")
     if "conformal" in ablations["rules"]:
         raise ConfigError("config key cgrpo.ablations.rules lists conformal, which is C-GRPO itself; remove it.")
     score = config["cgrpo"]["options"].get("score", "aps")
@@ -160,12 +157,45 @@ def check_stopping_rules(config: Mapping[str, Any]) -> None:
                 _check_rule_options(f"{key}.{rule}", rule, score, {parameter: value})
     for rule, options in replay["options"].items():
         _check_rule_options(f"replay.options.{rule}", rule, score, options)
+    for rule, options in ablations.get("options", {}).items():
+        check_options(options, f"cgrpo.ablations.options.{rule}", CGRPO_CONFIG)
     known = {"base", *static_runs(config)}
     unknown = [model for model in replay["models"] if model not in known]
     if unknown:
         raise ConfigError(
             f"config key replay.models lists {', '.join(unknown)}, which this config does not train; use base or "
             "one of its runs."
+        )
+
+
+def check_allocators(config: Mapping[str, Any]) -> None:
+    """The allocators named are registered (plugins imported first), accept their options, and their totals lie on the
+    grid."""
+    allocators = config.get("allocators") or {}
+    grid = evaluation_grid(config)
+    for key in ("runs", "options", "rollouts_per_prompt"):
+        for name in allocators.get(key, []):
+            _check_registered(f"allocators.{key}", name, allocator_names(), "prompt allocator")
+    for name, options in allocators.get("options", {}).items():
+        try:
+            get_allocator(name)(grid, **options)
+        except ValueError as error:
+            raise ConfigError(f"config key allocators.options.{name}: {error}") from None
+    for name, total in allocators.get("rollouts_per_prompt", {}).items():
+        if not min(grid) <= total <= max(grid):
+            raise ConfigError(
+                f"config key allocators.rollouts_per_prompt.{name} is {total:g}, outside the grid's smallest and "
+                f"largest budgets ({min(grid)} and {max(grid)}); choose a total between them."
+            )
+
+
+def _check_registered(key: str, name: str, registered: list[str], kind: str) -> None:
+    if name not in registered:
+        close = difflib.get_close_matches(name, registered, n=1)
+        fix = f"did you mean {close[0]!r}, or" if close else "fix the name or"
+        raise ConfigError(
+            f"config key {key} names {name!r}, which is no registered {kind} ({', '.join(registered)}); {fix} list the "
+            "module that registers it under plugins."
         )
 
 

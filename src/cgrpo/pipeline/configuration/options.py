@@ -22,6 +22,7 @@ from typing import Any
 # Where each class is defined: (package, module file, class). Bases (GRPOConfig's TrainingArguments, and in some TRL
 # versions a base config between them) are found from the imports.
 GRPO_CONFIG = ("trl", "trainer/grpo_config.py", "GRPOConfig")
+CGRPO_CONFIG = ("cgrpo", "config.py", "CGRPOConfig")
 LORA_CONFIG = ("peft", "tuners/lora/config.py", "LoraConfig")
 BOOTSTRAP_SETTINGS = ("cgrpo", "pipeline/jobs/base_model.py", "BootstrapSettings")
 

@@ -285,10 +285,26 @@ def _run_record(spec: TrainSpec, trainer, wall: float, cpu: float, initial: dict
         # Dynamic sampling: every group sampled counts above; what it kept, dropped and how many rounds it took.
         "dynamic": None if dynamic is None else dict(dynamic),
         "group_weighting": getattr(trainer.args, "group_weighting", "tokens"),
+        # A prompt allocator's settings and what it did (prompts skipped, refilled, skipped prompts drawn again).
+        **_allocation_fields(trainer),
         # What the batches offered the policy gradient (`cgrpo.support.learning_signal`).
         **signal_summary(totals),
         # The system message and worked examples every prompt showed, as trained on.
         "prompt": trainers.task_of(spec).prompt_record(),
+    }
+
+
+def _allocation_fields(trainer) -> dict[str, Any]:
+    """The record's allocator fields, only for a run with a prompt allocator (other records stay as they were)."""
+    totals = getattr(trainer, "allocation_totals", None)
+    if totals is None:
+        return {}
+    args = trainer.args
+    return {
+        "prompt_allocator": args.prompt_allocator,
+        "allocator_options": dict(args.allocator_options or {}),
+        "allocation_rollouts_per_prompt": args.allocation_rollouts_per_prompt,
+        "allocation": dict(totals),
     }
 
 
