@@ -9,12 +9,14 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 from datasets import Dataset
 from test_trainer import _config as trainer_config
 
 from cgrpo import CGRPOConfig, CGRPOTrainer
 from cgrpo.allocation import base, get_allocator
 from cgrpo.allocation.batch import BatchAllocation, prompt_key
+from cgrpo.pipeline.configuration.methods import parse_run_name, static_runs
 from cgrpo.stopping import get_rule
 
 GRID = [2, 4, 8]
@@ -291,3 +293,16 @@ def test_a_balanced_group_trains_on_its_chosen_answers_against_the_pools_mean(
 def test_bad_balanced_group_options_are_refused(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         _config(tmp_path, **{"stopping_options": None, **overrides})
+
+
+def test_the_allocators_budget_config_plans_and_its_prompts_recur():
+    from snakemake.utils import update_config
+    from test_config_checks import planned
+
+    config = yaml.safe_load((REPO / "config" / "budget.yaml").read_text())
+    update_config(config, yaml.safe_load((REPO / "config" / "overrides" / "budget_allocators.yaml").read_text()))
+    planned(config)
+    # GRPO at G = 4 visits every training prompt at least 4 times within the budget.
+    assert config["budget"]["rollouts"] / (4 * config["splits"]["sizes"]["train"]) >= 4
+    methods = {parse_run_name(run).method for run in static_runs(config)}
+    assert {"grpo", "cgrpo", "esc", "balanced", "greso", "knapsack"} <= methods

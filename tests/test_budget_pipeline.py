@@ -11,6 +11,7 @@ import yaml
 from snakemake.utils import validate
 
 from cgrpo.pipeline.analysis.curves import budget_calibrations_table, budget_tables, curve_points
+from cgrpo.pipeline.analysis.mechanisms import mechanism_table
 from cgrpo.pipeline.configuration import methods, run_specs, specs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -362,4 +363,30 @@ def test_a_budgeted_smoke_pipeline_ends_every_run_at_the_budget_and_compares_the
     assert comparison["best fixed G"].iloc[0] in {"G=2", "G=4"} and len(comparison) == 4
     calibrations = pd.read_csv(tables / "budget_calibrations.csv")
     assert set(calibrations["method"]) == {"cgrpo", "signal"} and calibrations["prompt_set"].notna().all()
+    mechanisms = pd.read_csv(tables / "budget_mechanisms.csv")
+    assert {"grpo", "cgrpo", "signal"} <= set(mechanisms["method"])
+    assert (mechanisms.loc[mechanisms["seed"] != "mean", "prompts trained per 1,000 rollouts"] > 0).all()
     assert (tmp_path / "results" / "smoke_budget" / "plots" / "learning_curves.png").stat().st_size > 0
+
+
+def test_the_mechanism_table_by_hand():
+    def run(name, method, seed, rollouts, groups, signal, **extra):
+        record = {"run": name, "method": method, "seed": seed, "train_rollouts_generated": rollouts, "groups": groups}
+        return {**record, "signal_rows_per_rollout": signal, "informative_group_share": 0.5, **extra}
+
+    allocation = {"skipped_prompts": 10, "skipped_redrawn": 4, "skipped_redrawn_informative": 1}
+    greso = {"budget_grid": "2-4", "allocation_rollouts_per_prompt": 4.0, "allocator_options": {}}
+    runs = [
+        run("grpo_s0_G4", "grpo", 0, 400, 100, 0.25, num_generations=4),
+        run("greso_s0_g2-4", "greso", 0, 400, 100, 0.5, allocation=allocation, **greso),
+        run("greso_s1_g2-4", "greso", 1, 400, 90, 0.7, allocation={**allocation, "skipped_redrawn": 0}, **greso),
+    ]
+    table = mechanism_table(runs).set_index(["run", "seed"])
+    grpo, greso0 = table.loc[("grpo_s0_G4", "0")], table.loc[("greso_s0_g2-4", "0")]
+    assert grpo["prompts trained per 1,000 rollouts"] == 250 and grpo["rollouts without signal"] == 0.75
+    assert pd.isna(grpo["skip rate"]) and pd.isna(grpo["of them with signal"])
+    assert greso0["skip rate"] == pytest.approx(10 / 110) and greso0["of them with signal"] == 0.25
+    # Each method's mean follows its runs.
+    mean = table.loc[("", "mean")].set_index("method").loc["greso"]
+    assert mean["prompts trained"] == 95 and mean["rollouts without signal"] == pytest.approx(0.4)
+    assert mean["of them with signal"] == 0.25

@@ -201,7 +201,14 @@ REPLAY_TABLES = ["replay", "replay_at_cgrpo"]
 BASE_MODEL_TABLES = ["format_rate"]
 
 
-BUDGET_TABLES = ["learning_curve", "budget_comparison", "budget_curve", "budget_calibrations", "lr_sweep"]
+BUDGET_TABLES = [
+    "learning_curve",
+    "budget_comparison",
+    "budget_curve",
+    "budget_calibrations",
+    "budget_mechanisms",
+    "lr_sweep",
+]
 
 
 def budgeted():

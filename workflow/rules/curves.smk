@@ -57,6 +57,13 @@ rule learning_curves:
             labels={"table": "calibrations"},
         ),
         budget_calibrations_md="results/{exp}/tables/budget_calibrations.md",
+        budget_mechanisms=report(
+            "results/{exp}/tables/budget_mechanisms.csv",
+            caption="../report/budget_mechanisms.rst",
+            category="Learning curves",
+            labels={"table": "mechanisms"},
+        ),
+        budget_mechanisms_md="results/{exp}/tables/budget_mechanisms.md",
         lr_sweep=report(
             "results/{exp}/tables/lr_sweep.csv",
             caption="../report/lr_sweep.rst",

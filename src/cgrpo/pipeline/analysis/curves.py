@@ -497,11 +497,13 @@ def write_budget_outputs(
     """Read the runs' records and curves, and write the tables and the figure (rule learning_curves; `spec` holds
     `target_share`, `resamples` and `seed`)."""
     from .budget_plots import plot_learning_curves
+    from .mechanisms import mechanism_table
     from .reporting import load_json, write_table
 
     run_records = load_json(runs)
     tables = budget_tables(run_records, load_json(curves), spec["target_share"], spec["resamples"], spec["seed"])
     tables["budget_calibrations"] = budget_calibrations_table(run_records)
+    tables["budget_mechanisms"] = mechanism_table(run_records)
     for name, table in tables.items():
         write_table(table, outputs[name], outputs.get(f"{name}_md"))
     plot_learning_curves(tables["budget_curve"], outputs["plot"])
