@@ -273,6 +273,8 @@ def test_a_balanced_group_trains_on_its_chosen_answers_against_the_pools_mean(
     rows = [dict(row) for row in data.select(range(2)) for _ in range(trainer.args.max_budget)]
     output = trainer._generate_and_score_completions(rows)
     assert dict(trainer.budget_histogram) == {4: 2} and trainer.cgrpo_totals["train_rollouts"] == 8
+    # The learning signal counts the trained rows only: 4 with an advantage, of the 8 rollouts drawn.
+    assert trainer.cgrpo_totals["signal_rows"] == 4 and trainer.cgrpo_totals["signal_rollouts"] == 8
     # Two rows per group trained on: the right answer at 1 - 1/4 and one wrong one at -1/4, times the factor.
     real = output["advantages"][~output["filler_rows"]]
     assert len(real) == 4

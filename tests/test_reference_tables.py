@@ -132,3 +132,16 @@ def test_budget_reference_tables_match_their_config(folder, configs):
     calibrations = pd.read_csv(REFERENCE / folder / "budget_calibrations.csv")
     per_seed = calibrations.drop_duplicates("seed")
     assert per_seed["prompt_set"].nunique() == per_seed["qhat"].nunique() == len(config["seeds"])
+
+
+def test_the_binding_mix_learning_rates_are_the_sweeps_choice_on_validation_prompts():
+    """config/budget.yaml's learning_rates.by_method are the rates its committed sweep chose (results/reference/
+    budget_lr_sweep, `--configfile config/budget.yaml config/overrides/lr_sweep.yaml`)."""
+    config = merged_config("budget.yaml")
+    sweep_config = merged_config("budget.yaml", "overrides/lr_sweep.yaml")
+    sweep = pd.read_csv(REFERENCE / "budget_lr_sweep" / "lr_sweep.csv")
+    # At least three rates for at least four methods, on seeds of their own, sampled on the validation prompts.
+    rates = sweep.groupby("method")["learning rate multiple"].nunique()
+    assert (rates >= 3).sum() >= 4 and len(sweep_config["seeds"]) >= 3
+    chosen = sweep[sweep["chosen"]].drop_duplicates("method").set_index("method")["learning rate"]
+    assert chosen.to_dict() == pytest.approx(config["learning_rates"]["by_method"])

@@ -363,12 +363,13 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
     # loss, because padded rows leave the batch or stay fully masked. The real rows are scored in chunks of similar
     # completion length, each cut to its longest completion: a generation batch spanning several steps is padded to
     # its longest completion, and completions are right-padded for a causal model, so the cut changes no log-prob.
+    # The answers a balanced group leaves out are scored too: TRL's importance-sampling statistics read every real row.
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
         if self._pad_mask is None:
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, *args, **kwargs
             )
-        real = (~torch.tensor(self._rows_out_of_the_loss(), device=input_ids.device)).nonzero().squeeze(1)
+        real = (~torch.tensor(self._pad_mask, device=input_ids.device)).nonzero().squeeze(1)
         lengths = attention_mask[real, -logits_to_keep:].sum(dim=1)
         order = real[torch.argsort(lengths, descending=True, stable=True)]
         chunk = kwargs.pop("batch_size", None) or (args[0] if args else None) or len(order)
@@ -431,7 +432,8 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
     def _row_groups(self, rows: int, device) -> torch.Tensor:
         groups = super()._row_groups(rows, device)
         if self._pad_mask is not None:
-            groups[torch.tensor(self._pad_mask, device=device)] = -1
+            # Rows that never reach the loss (padding, answers a balanced group left out) belong to no group.
+            groups[torch.tensor(self._rows_out_of_the_loss(), device=device)] = -1
         return groups
 
     def rollouts_generated(self, include_calibration: bool = True) -> int:

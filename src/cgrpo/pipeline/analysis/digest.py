@@ -26,6 +26,7 @@ __all__ = [
     "by_method_digest",
     "frontier_at_cgrpo_digest",
     "frontier_digest",
+    "lr_sweep_digest",
     "paired_digest",
     "screen_digest",
     "verdict_digest",
@@ -191,6 +192,25 @@ def _detectable(table: pd.DataFrame) -> float:
     if f"{COUNTED} {DETECTABLE}" in table:
         return float(rows[f"{COUNTED} {DETECTABLE}"].mean())
     return float(detectable_difference(rows[f"{COUNTED} {LOW}"], rows[f"{COUNTED} {HIGH}"]).mean())
+
+
+def lr_sweep_digest(folder: Path) -> str:
+    """Each method and setting at each learning rate of a sweep, with its validation accuracy at the budget and
+    whether its method's rate was chosen there (`lr_sweep.csv`)."""
+    table = pd.read_csv(Path(folder) / "lr_sweep.csv")
+    header = ["method", "setting", "learning rate", "validation accuracy at the budget", "method's mean", "chosen"]
+    rows = [
+        [
+            row["label"],
+            row["setting"],
+            f"{row['learning rate']:.2g} (x{row['learning rate multiple']:g})",
+            _cell(row, "validation accuracy at budget"),
+            _number(row["method's mean over its settings"], 3),
+            "yes" if row["chosen"] else "",
+        ]
+        for row in table.to_dict("records")
+    ]
+    return _table(header, rows)
 
 
 def screen_digest(path: Path) -> str:
