@@ -138,6 +138,8 @@ def test_two_processes_agree_on_the_allocators_state_and_draw_different_refills(
     states = [allocation.state_dict() for allocation in allocations]
     assert states[0]["allocator"] == states[1]["allocator"] and states[0]["allocator"]["streaks"]
     assert states[0]["totals"] == states[1]["totals"] and states[0]["totals"]["skipped_prompts"] > 0
+    # Every skip freed one slot that one refill prompt, planned on some process, filled.
+    assert states[0]["totals"]["refill_prompts"] == states[0]["totals"]["skipped_prompts"]
     assert states[0]["stream_position"] == states[1]["stream_position"] > 0
     assert all(len(drawn) == 2 and planned == [8, 8] for rank in plans for drawn, planned in rank)
 

@@ -94,7 +94,7 @@ class BatchAllocation:
         total = int(self.rollouts_per_prompt * slots)
         kept: list[tuple[dict[str, Any], int]] = []
         skipped: list[str] = []
-        candidates, refills = list(examples), 0
+        candidates, refills, drawn = list(examples), 0, 0
         while True:
             spent = sum(planned for _, planned in kept)
             plan = self.allocator.plan([prompt_key(e["prompt"]) for e in candidates], total - spent, self.rng)
@@ -113,7 +113,8 @@ class BatchAllocation:
                     "raise its keep probability's floor or the batch's rollouts_per_prompt so that it keeps prompts."
                 )
             candidates = self._draw(need, keys)[: slots - len(kept)]
-        self._count(skipped, refills, sum(planned for _, planned in kept))
+            drawn += len(candidates)
+        self._count(skipped, drawn, sum(planned for _, planned in kept))
         return [example for example, _ in kept], [planned for _, planned in kept]
 
     def _draw(self, count: int, keys: list[str]) -> list[dict[str, Any]]:
@@ -124,11 +125,11 @@ class BatchAllocation:
         return [{key: row[key] for key in keys if key in row} for row in rows]
 
     def _count(self, skipped: list[str], refills: int, planned: int) -> None:
-        every = self.gather([skipped, refills * self.processes, planned])
+        every = self.gather([skipped, refills, planned])
         for keys, _, _ in every:
             self.skipped.update(keys)
             self.totals["skipped_prompts"] += len(keys)
-        self.totals["refill_prompts"] += every[0][1]
+        self.totals["refill_prompts"] += sum(part[1] for part in every)
         self.totals["planned_rollouts"] += sum(part[2] for part in every)
         self.totals["batches"] += 1
 
