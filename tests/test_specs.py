@@ -8,11 +8,11 @@ import pytest
 import yaml
 
 from cgrpo.allocation import allocator_names
+from cgrpo.pipeline.configuration.allocator_methods import allocator_run_name
 from cgrpo.pipeline.configuration.methods import (
     METHODS,
     RunName,
     ablation_run_name,
-    allocator_run_name,
     cgrpo_run_name,
     dapo_run_name,
     grpo_run_name,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from .allocation import get_allocator
-from .allocation.reinforce_ada import WEIGHTINGS
+from .allocation.config_checks import validate_allocation, validate_balanced_group
 from .calibration import SCORES, training_grid
 from .conformal import DELTA_MARGIN
 from .dapo.config import validate_dynamic_sampling
@@ -400,8 +400,8 @@ class CGRPOConfig(GRPOConfig):
             "adjust the batch size",
         )
         validate_dynamic_sampling(self, 1)
-        self._validate_allocation()
-        self._validate_balanced_group()
+        validate_allocation(self)
+        validate_balanced_group(self)
         if self.calibration_batch_size is None:
             generation_rows = self.per_device_train_batch_size * self.steps_per_generation
             self.calibration_batch_size = max(1, generation_rows // self.max_budget)
@@ -420,53 +420,6 @@ class CGRPOConfig(GRPOConfig):
         if self.prompt_allocator is None:
             return None
         return get_allocator(self.prompt_allocator)(self.budget_grid, **(self.allocator_options or {}))
-
-    def _validate_allocation(self) -> None:
-        if self.prompt_allocator is None:
-            if self.allocator_options or self.allocation_rollouts_per_prompt is not None:
-                raise ValueError(
-                    "allocator_options and allocation_rollouts_per_prompt configure a prompt allocator; set "
-                    "prompt_allocator (e.g. 'greso') or drop them."
-                )
-            return
-        if self.drop_unanimous:
-            raise ValueError(
-                "prompt_allocator and drop_unanimous both replace prompts of a generation batch; use one of them."
-            )
-        # Building the allocator checks its name and options before any model is loaded.
-        self.build_allocator()
-        smallest = self.budget_grid[0]
-        if self.allocation_rollouts_per_prompt is None:
-            self.allocation_rollouts_per_prompt = float(self.max_budget)
-        elif not smallest <= self.allocation_rollouts_per_prompt <= self.max_budget:
-            raise ValueError(
-                f"allocation_rollouts_per_prompt must lie between the grid's smallest and largest budgets ({smallest} "
-                f"and {self.max_budget}), got {self.allocation_rollouts_per_prompt!r}."
-            )
-
-    def _validate_balanced_group(self) -> None:
-        if self.balanced_weighting not in WEIGHTINGS:
-            raise ValueError(
-                f"balanced_weighting must be one of {', '.join(WEIGHTINGS)}, got {self.balanced_weighting!r}."
-            )
-        size = self.balanced_group_size
-        if size is None:
-            return
-        if not (isinstance(size, int) and not isinstance(size, bool) and 2 <= size <= self.max_budget):
-            raise ValueError(
-                f"balanced_group_size must be an integer between 2 and max(budget_grid) ({self.max_budget}), got "
-                f"{size!r}."
-            )
-        if self.scale_rewards != "none":
-            raise ValueError(
-                "balanced_group_size takes the mean reward of a prompt's answers as the baseline without dividing by a "
-                f"deviation (Reinforce-Ada), which scale_rewards={self.scale_rewards!r} would; set scale_rewards='none'."
-            )
-        if self.prompt_allocator is not None or self.drop_unanimous:
-            raise ValueError(
-                "balanced_group_size chooses which answers train within each group, which a prompt allocator or "
-                "drop_unanimous does not yet compose with; use one of them."
-            )
 
     @property
     def max_budget(self) -> int:

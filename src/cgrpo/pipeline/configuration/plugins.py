@@ -14,14 +14,14 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from . import methods
+from . import allocator_methods, methods
 
 __all__ = ["import_plugins"]
 
 
 def import_plugins(modules: Iterable[str]) -> None:
-    """Import each module (a name, or a ``.py`` file's path) and give every stopping rule registered by then its
-    pipeline method."""
+    """Import each module (a name, or a ``.py`` file's path) and give every stopping rule and prompt allocator
+    registered by then its pipeline method."""
     for module in modules:
         try:
             _import(module)
@@ -31,6 +31,7 @@ def import_plugins(modules: Iterable[str]) -> None:
                 "folder on PYTHONPATH, or give the path of its .py file."
             ) from None
     methods.add_rule_methods()
+    allocator_methods.add_allocator_methods()
 
 
 def _import(module: str) -> None:
