@@ -172,15 +172,30 @@ def test_share_plan_gives_every_process_as_many_groups(counts, local_target, uni
 
 
 def test_prompt_stream_is_seeded_covers_each_pass_and_resumes_from_its_position():
-    first = PromptStream(10, seed=0)
+    first = PromptStream(10, seed=0, purpose="dynamic-sampling")
     drawn = first.take(7) + first.take(13)
     assert sorted(drawn[:10]) == list(range(10)) and sorted(drawn[10:]) == list(range(10))
     assert drawn[:10] != drawn[10:]  # a new permutation per pass
-    assert PromptStream(10, seed=0).take(20) == drawn
-    assert PromptStream(10, seed=1).take(10) != drawn[:10]
-    resumed = PromptStream(10, seed=0)
+    assert PromptStream(10, seed=0, purpose="dynamic-sampling").take(20) == drawn
+    assert PromptStream(10, seed=1, purpose="dynamic-sampling").take(10) != drawn[:10]
+    resumed = PromptStream(10, seed=0, purpose="dynamic-sampling")
     resumed.position = 7
     assert resumed.take(13) == drawn[7:]
+    # A prompt allocator's refills share the run's seed but not dynamic sampling's order.
+    assert PromptStream(10, seed=0, purpose="allocation-refills").take(10) != drawn[:10]
+
+
+def test_prompt_stream_rows_give_each_process_its_slice_with_the_batch_columns():
+    dataset = [{"prompt": f"p{i}", "answer": str(i), "unused": i} for i in range(6)]
+    order = PromptStream(6, seed=3, purpose="dynamic-sampling").take(4)
+    rows = [
+        PromptStream(6, seed=3, purpose="dynamic-sampling").rows(dataset, 2, 2, rank, ["prompt", "answer", "x"])
+        for rank in (0, 1)
+    ]
+    assert rows == [
+        [{"prompt": f"p{i}", "answer": str(i)} for i in order[:2]],
+        [{"prompt": f"p{i}", "answer": str(i)} for i in order[2:]],
+    ]
 
 
 # ---------------------------------------------------------------------- config and arguments

@@ -299,8 +299,12 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
         if self._allocation is None:
             return
         examples = self._batch_examples[:: self.args.max_budget]
-        rewards = [self._rewards(outcomes, e) for outcomes, e in zip(self._group_outcomes, examples, strict=True)]
-        self._allocation.observe([prompt_key(example["prompt"]) for example in examples], rewards)
+        self._allocation.observe([prompt_key(example["prompt"]) for example in examples], self._batch_rewards())
+
+    def _batch_rewards(self) -> list[list[float]]:
+        """Each group's correctness rewards in the batch just drawn, in the batch's order."""
+        examples = self._batch_examples[:: self.args.max_budget]
+        return [self._rewards(outcomes, e) for outcomes, e in zip(self._group_outcomes, examples, strict=True)]
 
     # Why: TRL draws all G completions of a group in one call; C-GRPO draws them in budget increments and stops each
     # prompt early (with `drop_unanimous`, TRL's pass over the kept groups gets the completions the rounds sampled).
@@ -325,9 +329,7 @@ class CGRPOTrainer(CalibrationMixin, BudgetSamplingMixin, SupportedGRPOTrainer):
             return
         width, rng = self.args.max_budget, self.cgrpo_state.stopping_rng
         self._left_out, self._row_factors = [False] * len(self._pad_mask), [1.0] * len(self._pad_mask)
-        examples = self._batch_examples[::width]
-        for g, (outcomes, example) in enumerate(zip(self._group_outcomes, examples, strict=True)):
-            rewards = self._rewards(outcomes, example)
+        for g, rewards in enumerate(self._batch_rewards()):
             chosen = set(balanced_group(rewards, size, rng) if len(rewards) > size else range(len(rewards)))
             factor = rate_weight(rewards, self.args.balanced_weighting)
             for i in range(len(rewards)):

@@ -19,7 +19,24 @@ from typing import Any, ClassVar
 
 from ..calibration import sorted_grid
 
-__all__ = ["ALLOCATORS", "PromptAllocator", "allocator_names", "get_allocator", "register_allocator"]
+__all__ = [
+    "ALLOCATORS",
+    "PromptAllocator",
+    "agreeing_kind",
+    "allocator_names",
+    "get_allocator",
+    "register_allocator",
+]
+
+
+def agreeing_kind(rewards: Sequence[float]) -> str | None:
+    """``"easy"`` for a group whose rewards are all right, ``"hard"`` all wrong, None where they differ (or it is empty)."""
+    right = {float(reward) >= 0.5 for reward in rewards}
+    if right == {True}:
+        return "easy"
+    if right == {False}:
+        return "hard"
+    return None
 
 
 class PromptAllocator:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..dapo.groups import PromptStream
-from .base import PromptAllocator
+from .base import PromptAllocator, agreeing_kind
 
 __all__ = ["PLANNED_KEY", "TOTALS_KEYS", "BatchAllocation", "prompt_key"]
 
@@ -46,10 +46,6 @@ def prompt_key(prompt: Any) -> str:
     """A prompt's key in its history: a hash of its text, or of its chat messages."""
     text = prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
-
-
-def _informative(rewards: Sequence[float]) -> bool:
-    return len({float(reward) >= 0.5 for reward in rewards}) == 2
 
 
 class BatchAllocation:
@@ -81,7 +77,7 @@ class BatchAllocation:
             )
         self.allocator, self.rollouts_per_prompt, self.dataset = allocator, rollouts_per_prompt, dataset
         self.rank, self.processes, self.gather = rank, processes, gather
-        self.stream = PromptStream(len(dataset), seed)
+        self.stream = PromptStream(len(dataset), seed, "allocation-refills")
         self.rng = random.Random(f"{seed}-allocation-{rank}")
         # Prompts skipped and not drawn since, by key.
         self.skipped: set[str] = set()
@@ -112,17 +108,10 @@ class BatchAllocation:
                     f"The {self.allocator.name!r} allocator skipped {refills} refill prompts for a batch of {slots}; "
                     "raise its keep probability's floor or the batch's rollouts_per_prompt so that it keeps prompts."
                 )
-            candidates = self._draw(need, keys)[: slots - len(kept)]
+            candidates = self.stream.rows(self.dataset, need, self.processes, self.rank, keys)[: slots - len(kept)]
             drawn += len(candidates)
         self._count(skipped, drawn, sum(planned for _, planned in kept))
         return [example for example, _ in kept], [planned for _, planned in kept]
-
-    def _draw(self, count: int, keys: list[str]) -> list[dict[str, Any]]:
-        """`count` refill prompts for this process: its slice of `count` per process from the shared stream."""
-        indices = self.stream.take(count * self.processes)[self.rank * count : (self.rank + 1) * count]
-        rows = (self.dataset[index] for index in indices)
-        # The dataloader's rows may lack columns (remove_unused_columns); TRL reads the keys of the first row.
-        return [{key: row[key] for key in keys if key in row} for row in rows]
 
     def _count(self, skipped: list[str], refills: int, planned: int) -> None:
         every = self.gather([skipped, refills, planned])
@@ -141,7 +130,7 @@ class BatchAllocation:
                 if key in self.skipped:
                     self.skipped.discard(key)
                     self.totals["skipped_redrawn"] += 1
-                    self.totals["skipped_redrawn_informative"] += _informative(group)
+                    self.totals["skipped_redrawn_informative"] += bool(group) and agreeing_kind(group) is None
                 self.allocator.observe(key, group)
         self.allocator.end_batch()
 

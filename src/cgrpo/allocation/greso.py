@@ -21,21 +21,11 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .base import PromptAllocator, register_allocator
+from .base import PromptAllocator, agreeing_kind, register_allocator
 
-__all__ = ["GresoAllocator", "agreeing_kind"]
+__all__ = ["GresoAllocator"]
 
 KINDS = ("easy", "hard")
-
-
-def agreeing_kind(rewards: Sequence[float]) -> str | None:
-    """``"easy"`` for a group whose rewards are all right, ``"hard"`` all wrong, None where they differ (or it is empty)."""
-    right = {float(reward) >= 0.5 for reward in rewards}
-    if right == {True}:
-        return "easy"
-    if right == {False}:
-        return "hard"
-    return None
 
 
 @register_allocator

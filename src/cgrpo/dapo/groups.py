@@ -8,6 +8,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -62,13 +63,14 @@ class PromptStream:
     """Indices into the training set, one seeded permutation per pass, the same sequence on every process.
 
     `position` (indices handed out so far) is all the state there is: the permutation of pass `e` is rebuilt from
-    `seed` and `e`.
+    `seed`, `purpose` and `e`. The purpose (``"dynamic-sampling"``, ``"allocation-refills"``) keeps the streams of two
+    features that share a run's seed apart.
     """
 
-    def __init__(self, size: int, seed: int):
+    def __init__(self, size: int, seed: int, purpose: str):
         if size < 1:
-            raise ValueError("The training set is empty; dynamic sampling needs prompts to refill from.")
-        self.size, self.seed, self.position = size, seed, 0
+            raise ValueError(f"The training set is empty; {purpose} needs prompts to refill from.")
+        self.size, self.seed, self.purpose, self.position = size, seed, purpose, 0
         self._order: tuple[int, list[int]] | None = None
 
     def take(self, count: int) -> list[int]:
@@ -80,10 +82,18 @@ class PromptStream:
             self.position += len(order)
         return taken
 
+    def rows(self, dataset, count: int, processes: int, rank: int, keys: Sequence[str]) -> list[dict[str, Any]]:
+        """`count` rows of the map-style `dataset` for process `rank`: its slice of `count` per process from the
+        stream. Each row keeps the columns in `keys` it has: the dataloader's rows may lack some
+        (remove_unused_columns), and TRL reads the keys of a batch's first row."""
+        indices = self.take(count * processes)[rank * count : (rank + 1) * count]
+        rows = (dataset[index] for index in indices)
+        return [{key: row[key] for key in keys if key in row} for row in rows]
+
     def _permutation(self, epoch: int) -> list[int]:
         if self._order is None or self._order[0] != epoch:
             order = list(range(self.size))
-            random.Random(f"{self.seed}-dynamic-sampling-{epoch}").shuffle(order)
+            random.Random(f"{self.seed}-{self.purpose}-{epoch}").shuffle(order)
             self._order = (epoch, order)
         return self._order[1]
 

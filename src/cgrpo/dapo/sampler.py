@@ -155,7 +155,7 @@ class DynamicSampler:
                 "dataset does not allow; pass a map-style datasets.Dataset, or set max_sampling_rounds=1 and "
                 "prompts_per_round to one generation batch of prompts."
             )
-        self.stream = PromptStream(len(dataset), trainer.args.seed) if refills else None
+        self.stream = PromptStream(len(dataset), trainer.args.seed, "dynamic-sampling") if refills else None
         self._replay: Generated | None = None
         self._rewards: torch.Tensor | None = None
 
@@ -204,7 +204,8 @@ class DynamicSampler:
             examples = list(inputs) if rounds == 1 else []
             extra = per_round - len(examples) // width
             if extra:
-                examples += self._draw(extra, processes, rank, keys=list(inputs[0]))
+                rows = self.stream.rows(self.trainer.train_dataset, extra, processes, rank, list(inputs[0]))
+                examples += [dict(row) for row in rows for _ in range(self.group_size)]
                 refill += extra * processes
             start = time.perf_counter()
             output, pad_mask = generate_round(examples)
@@ -246,18 +247,6 @@ class DynamicSampler:
             return informative_groups(rewards, weights, self.group_size, aggregation)
         column = rewards[:, self.filter_column : self.filter_column + 1]
         return informative_groups(column, torch.ones(1), self.group_size)
-
-    def _draw(self, count: int, processes: int, rank: int, keys: list[str]) -> list[dict[str, Any]]:
-        """`count` new prompts for this process, each repeated `num_generations` times, from the shared stream."""
-        indices = self.stream.take(count * processes)[rank * count : (rank + 1) * count]
-        dataset = self.trainer.train_dataset
-        examples = []
-        for index in indices:
-            row = dataset[index]
-            # The dataloader's rows may lack columns (remove_unused_columns); TRL reads the keys of the first row.
-            example = {key: row[key] for key in keys if key in row}
-            examples.extend(dict(example) for _ in range(self.group_size))
-        return examples
 
     def _pop_pending_extras(self, rows: int) -> dict[str, list]:
         """Columns the reward functions logged for the completion table in this round (one value per row)."""
