@@ -134,12 +134,25 @@ def test_budget_reference_tables_match_their_config(folder, configs):
     assert per_seed["prompt_set"].nunique() == per_seed["qhat"].nunique() == len(config["seeds"])
 
 
-def test_the_binding_mix_learning_rates_are_the_sweeps_choice_on_validation_prompts():
-    """config/budget.yaml's learning_rates.by_method are the rates its committed sweep chose (results/reference/
-    budget_lr_sweep, `--configfile config/budget.yaml config/overrides/lr_sweep.yaml`)."""
-    config = merged_config("budget.yaml")
-    sweep_config = merged_config("budget.yaml", "overrides/lr_sweep.yaml")
-    sweep = pd.read_csv(REFERENCE / "budget_lr_sweep" / "lr_sweep.csv")
+@pytest.mark.parametrize(
+    ("folder", "configs", "sweep_configs"),
+    [
+        ("budget_lr_sweep", ("budget.yaml",), ("overrides/lr_sweep.yaml",)),
+        (
+            "budget_default_mix_lr_sweep",
+            ("budget.yaml", "overrides/budget_default_mix.yaml"),
+            ("overrides/lr_sweep.yaml", "overrides/lr_sweep_default_mix.yaml"),
+        ),
+    ],
+    ids=["binding", "default_mix"],
+)
+def test_a_budget_configs_learning_rates_are_its_sweeps_choice_on_validation_prompts(folder, configs, sweep_configs):
+    """A budget config's learning_rates.by_method are the rates its committed sweep chose (results/reference/<folder>,
+    run with `--configfile` the config's files then the sweep's overrides)."""
+    config = merged_config(*configs)
+    sweep_config = merged_config(*configs, *sweep_configs)
+    assert sweep_config["experiment"] == folder
+    sweep = pd.read_csv(REFERENCE / folder / "lr_sweep.csv")
     # At least three rates for at least four methods, on seeds of their own, sampled on the validation prompts.
     rates = sweep.groupby("method")["learning rate multiple"].nunique()
     assert (rates >= 3).sum() >= 4 and len(sweep_config["seeds"]) >= 3
