@@ -180,6 +180,10 @@ BUDGETS = {
     "arithmetic, binding mix (medium 0.7, hard 0.3)": RESULTS / "budget",
     "arithmetic, the default's mix": RESULTS / "budget_default_mix",
 }
+# The same experiments' tables from before the confounds' fixes (issue #54), kept for the before-and-after table.
+BUDGETS_BEFORE_FIXES = {
+    description: RESULTS / "budget_before_fixes" / folder.name for description, folder in BUDGETS.items()
+}
 
 
 def readme_parts() -> dict[str, str]:
@@ -197,6 +201,7 @@ def results_parts() -> dict[str, str]:
         **readme_parts(),
         "budget-binding": digest.budget_digest(RESULTS / "budget"),
         "budget-default-mix": digest.budget_digest(RESULTS / "budget_default_mix"),
+        "confounds": digest.confounds_digest(BUDGETS_BEFORE_FIXES, BUDGETS),
         "screen": digest.screen_digest(RESULTS / "budget" / "difficulty_screen.csv"),
         "lr-sweep-binding": digest.lr_sweep_digest(RESULTS / "budget_lr_sweep"),
         "lr-sweep-default-mix": digest.lr_sweep_digest(RESULTS / "budget_default_mix_lr_sweep"),

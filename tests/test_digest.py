@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+import pytest
 
-from cgrpo.pipeline.analysis.digest import budget_digest, verdict_digest
+from cgrpo.pipeline.analysis.digest import budget_digest, confounds_digest, verdict_digest
 
 DIFFERENCE = "accuracy at budget minus best fixed G"
 EXCLUDED = f"{DIFFERENCE} at equal training rollouts"
@@ -84,6 +85,37 @@ def test_a_table_from_before_the_comparison_measured_a_column_says_so(tmp_path):
     assert cells[1].startswith("GRPO G=4 (chosen on eval prompts)")
     assert cells[3] == "not measured (a run before this comparison)"
     assert cells[6] == f"\u00b1{0.02 * 1.4286:.3f}"
+
+
+def _before_fixes(row: dict) -> dict:
+    """`row` as a table from before the confounds' fixes wrote it: no calibration-excluded view, no validation."""
+    return {key: value for key, value in row.items() if not key.startswith(EXCLUDED) and "chosen on" not in key}
+
+
+def test_the_confounds_table_puts_each_verdict_figure_before_and_after_the_fixes(tmp_path):
+    before, after, waiting = tmp_path / "before", tmp_path / "after", tmp_path / "waiting"
+    for folder in (before, after, waiting):
+        folder.mkdir()
+    old = [_row("grpo", "GRPO", "G=4", 0.57, 0.0, 0.0, 0.0), _row("cgrpo", "C-GRPO", "d", 0.55, -0.02, -0.03, -0.01)]
+    _folder(before, [_before_fixes(row) for row in old])
+    _folder(waiting, [_before_fixes(row) for row in old])
+    new = [_row("grpo", "GRPO", "G=2", 0.6, 0.0, 0.0, 0.0), _row("cgrpo", "C-GRPO", "d", 0.6, 0.0, -0.01, 0.01)]
+    _folder(after, [{**row, "best fixed G": "G=2"} for row in new])
+    lines = confounds_digest({"mix": before, "other": before}, {"mix": after, "other": waiting}).splitlines()
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+    assert rows[0] == [
+        "mix, 4,096 rollouts",
+        "best fixed G",
+        "GRPO G=4 (chosen on eval prompts): 0.570 [0.520, 0.620]",
+        "GRPO G=2 (chosen on validation prompts): 0.600 [0.550, 0.650]",
+    ]
+    assert rows[1][2:] == ["−0.020 (−0.030 to −0.010), d", "0.000 (−0.010 to 0.010), d"]
+    assert rows[2][2:] == ["not measured (a run before this comparison)", "0.010 (0.000 to 0.020)"]
+    # A mix whose folder still holds the run before the fixes waits for its rerun instead of repeating it as after.
+    assert len(rows) == 12 and rows[6][0] == "other, 4,096 rollouts"
+    assert {row[3] for row in rows[6:]} == {"rerun still to come"} and "rerun still to come" not in rows[0]
+    with pytest.raises(ValueError, match="different experiments"):
+        confounds_digest({"mix": before}, {"other": after})
 
 
 def test_a_method_above_the_best_fixed_g_beyond_its_interval_is_the_one_to_use(tmp_path):

@@ -14,6 +14,8 @@ import pytest
 import yaml
 from snakemake.utils import update_config, validate
 
+from cgrpo.budget_schedule import budget_lr_factor
+
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "results" / "reference"
 
@@ -132,6 +134,28 @@ def test_budget_reference_tables_match_their_config(folder, configs):
     calibrations = pd.read_csv(REFERENCE / folder / "budget_calibrations.csv")
     per_seed = calibrations.drop_duplicates("seed")
     assert per_seed["prompt_set"].nunique() == per_seed["qhat"].nunique() == len(config["seeds"])
+
+
+# The default mix joins when its rerun under the budget's schedule lands (issue #54); its folder's runs predate it.
+@pytest.mark.parametrize(("folder", "configs"), [("budget", ("budget.yaml",))], ids=["binding_mix"])
+def test_every_budget_run_follows_one_learning_rate_schedule_by_budget_share(folder, configs):
+    budget = merged_config(*configs)["budget"]
+    recorded = pd.read_csv(REFERENCE / folder / "learning_curve.csv")
+    # The start's share is undefined (no update yet); every run has its milestones after it.
+    curve = recorded.dropna(subset=["learning_rate_share"])
+    assert curve["run"].nunique() == recorded["run"].nunique()
+    # At every milestone a run's share of its peak rate is the schedule's at the share of the budget it has spent,
+    # whether its steps drew 2 or 32 rollouts a prompt: one generation batch's rollouts at most apart (TRL generates
+    # once per generation batch).
+    expected = (curve["rollouts"] / budget["rollouts"]).map(
+        lambda share: budget_lr_factor(share, **budget["lr_schedule"])
+    )
+    assert (curve["learning_rate_share"] - expected).abs().max() <= 0.05
+    # At the budget (each run's point at or past it) every run trains at the same share of its peak.
+    at_budget = curve[curve["rollouts"] >= budget["rollouts"]].groupby("run")["learning_rate_share"].first()
+    assert len(at_budget) == curve["run"].nunique() and at_budget.max() - at_budget.min() <= 0.05
+    # Midway the rate has not reached its end value: the column holds the schedule, not a constant.
+    assert curve.loc[curve["milestone"] == curve["milestone"].max() / 2, "learning_rate_share"].min() > 0.3
 
 
 @pytest.mark.parametrize(

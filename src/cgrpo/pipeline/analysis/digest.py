@@ -5,6 +5,7 @@
 - `budget_digest`: a budgeted experiment's `budget_comparison`, each method against the best fixed group size;
 - `verdict_digest`: one line per budgeted experiment: which method to use at an equal rollout budget, by how much
   (calibration counted and excluded), and the smallest difference the run detects with 80% power;
+- `confounds_digest`: the verdict's figures before the confounds' fixes (issue #54) and after them;
 - `screen_digest`: the difficulty screen's candidate mixes and each rule's best saving;
 - `frontier_digest` and `frontier_at_cgrpo_digest`: a training frontier's points, and every method at C-GRPO's cost;
 - `paired_digest`: C-GRPO minus each baseline, seed by seed.
@@ -24,6 +25,7 @@ from .curves import detectable_difference
 __all__ = [
     "budget_digest",
     "by_method_digest",
+    "confounds_digest",
     "frontier_at_cgrpo_digest",
     "frontier_digest",
     "lr_sweep_digest",
@@ -153,36 +155,60 @@ def _signed(value: float) -> str:
     return f"{value:.3f}".replace("-", "−")
 
 
+VERDICT_HEADER = [
+    "task, budget",
+    "best fixed G",
+    "C-GRPO minus it, calibration counted",
+    "C-GRPO minus it, calibration excluded",
+    "best other method minus it, calibration counted",
+    "method to use",
+    "detectable (80% power)",
+]
+
+
 def verdict_digest(folders: Mapping[str, Path]) -> str:
     """Per budgeted experiment (`{description: folder}`): the best fixed G and the prompts that chose it, C-GRPO's and
     the best other method's difference to it with calibration counted and excluded, the method to use, and the
     smallest difference the run detects with 80% power (the mean over the methods' paired differences); then the
     terms, one line each. A folder whose table predates a column (a run before the comparison measured it) says so."""
-    header = ["task, budget", "best fixed G", "C-GRPO minus it, calibration counted"]
-    header += ["C-GRPO minus it, calibration excluded", "best other method minus it, calibration counted"]
-    header += ["method to use", "detectable (80% power)"]
+    rows = [_verdict_row(description, folder) for description, folder in folders.items()]
+    return _table(VERDICT_HEADER, rows) + "\n\n" + VERDICT_TERMS
+
+
+def _verdict_row(description: str, folder: Path) -> list[str]:
+    """One budgeted experiment's cells of the verdict table, in `VERDICT_HEADER`'s order."""
+    table = pd.read_csv(Path(folder) / "budget_comparison.csv")
+    first = table.iloc[0]
+    best = table[(table["method"] == "grpo") & (table["setting"] == first["best fixed G"])].iloc[0]
+    cgrpo = _best_other(table, lambda m: m == "cgrpo")
+    other = _best_other(table, lambda m: ~m.isin(["cgrpo", "grpo"]))
+    beats = table[(table[f"{COUNTED} {LOW}"] > 0) & (table["method"] != "grpo")]
+    use = f"GRPO {best['setting']}" if beats.empty else f"{beats.iloc[0]['label']} {beats.iloc[0]['setting']}"
+    chosen_on = first.get("best fixed G chosen on", "eval prompts")
+    return [
+        f"{description}, {_number(first['budget'], 0)} rollouts",
+        f"GRPO {best['setting']} (chosen on {chosen_on}): {_cell(best, 'accuracy at budget')}",
+        "not run" if cgrpo is None else f"{_difference(cgrpo, COUNTED)}, {cgrpo['setting']}",
+        "not run" if cgrpo is None else _difference(cgrpo, EXCLUDED),
+        "not run" if other is None else f"{other['label']}: {_difference(other, COUNTED)}",
+        use,
+        f"±{_number(_detectable(table), 3)}",
+    ]
+
+
+def confounds_digest(before: Mapping[str, Path], after: Mapping[str, Path]) -> str:
+    """The verdict's figures per budgeted experiment before the confounds' fixes and after them (`{description:
+    folder}` each, the same descriptions): one row per figure, so that what the fixes moved reads across."""
+    if before.keys() != after.keys():
+        raise ValueError(f"the runs before and after the fixes name different experiments: {set(before) ^ set(after)}")
     rows = []
-    for description, folder in folders.items():
-        table = pd.read_csv(Path(folder) / "budget_comparison.csv")
-        first = table.iloc[0]
-        best = table[(table["method"] == "grpo") & (table["setting"] == first["best fixed G"])].iloc[0]
-        cgrpo = _best_other(table, lambda m: m == "cgrpo")
-        other = _best_other(table, lambda m: ~m.isin(["cgrpo", "grpo"]))
-        beats = table[(table[f"{COUNTED} {LOW}"] > 0) & (table["method"] != "grpo")]
-        use = f"GRPO {best['setting']}" if beats.empty else f"{beats.iloc[0]['label']} {beats.iloc[0]['setting']}"
-        chosen_on = first.get("best fixed G chosen on", "eval prompts")
-        rows.append(
-            [
-                f"{description}, {_number(first['budget'], 0)} rollouts",
-                f"GRPO {best['setting']} (chosen on {chosen_on}): {_cell(best, 'accuracy at budget')}",
-                "not run" if cgrpo is None else f"{_difference(cgrpo, COUNTED)}, {cgrpo['setting']}",
-                "not run" if cgrpo is None else _difference(cgrpo, EXCLUDED),
-                "not run" if other is None else f"{other['label']}: {_difference(other, COUNTED)}",
-                use,
-                f"±{_number(_detectable(table), 3)}",
-            ]
-        )
-    return _table(header, rows) + "\n\n" + VERDICT_TERMS
+    for description in before:
+        old = _verdict_row(description, before[description])
+        # A folder whose table predates the fixes (no calibration-excluded column) is still the run before them.
+        rerun = EXCLUDED in pd.read_csv(Path(after[description]) / "budget_comparison.csv")
+        new = _verdict_row(description, after[description]) if rerun else ["rerun still to come"] * len(old)
+        rows += [[old[0] if i == 1 else "", VERDICT_HEADER[i], old[i], new[i]] for i in range(1, len(VERDICT_HEADER))]
+    return _table(["task, budget", "figure", "before the fixes", "after them"], rows)
 
 
 def _detectable(table: pd.DataFrame) -> float:
