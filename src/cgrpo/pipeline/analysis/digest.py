@@ -171,13 +171,17 @@ def verdict_digest(folders: Mapping[str, Path]) -> str:
     the best other method's difference to it with calibration counted and excluded, the method to use, and the
     smallest difference the run detects with 80% power (the mean over the methods' paired differences); then the
     terms, one line each. A folder whose table predates a column (a run before the comparison measured it) says so."""
-    rows = [_verdict_row(description, folder) for description, folder in folders.items()]
+    rows = [_verdict_row(description, _comparison(folder)) for description, folder in folders.items()]
     return _table(VERDICT_HEADER, rows) + "\n\n" + VERDICT_TERMS
 
 
-def _verdict_row(description: str, folder: Path) -> list[str]:
-    """One budgeted experiment's cells of the verdict table, in `VERDICT_HEADER`'s order."""
-    table = pd.read_csv(Path(folder) / "budget_comparison.csv")
+def _comparison(folder: Path) -> pd.DataFrame:
+    return pd.read_csv(Path(folder) / "budget_comparison.csv")
+
+
+def _verdict_row(description: str, table: pd.DataFrame) -> list[str]:
+    """One budgeted experiment's cells of the verdict table (`table`, its `budget_comparison`), in `VERDICT_HEADER`'s
+    order."""
     first = table.iloc[0]
     best = table[(table["method"] == "grpo") & (table["setting"] == first["best fixed G"])].iloc[0]
     cgrpo = _best_other(table, lambda m: m == "cgrpo")
@@ -203,10 +207,9 @@ def confounds_digest(before: Mapping[str, Path], after: Mapping[str, Path]) -> s
         raise ValueError(f"the runs before and after the fixes name different experiments: {set(before) ^ set(after)}")
     rows = []
     for description in before:
-        old = _verdict_row(description, before[description])
+        old, table = _verdict_row(description, _comparison(before[description])), _comparison(after[description])
         # A folder whose table predates the fixes (no calibration-excluded column) is still the run before them.
-        rerun = EXCLUDED in pd.read_csv(Path(after[description]) / "budget_comparison.csv")
-        new = _verdict_row(description, after[description]) if rerun else ["rerun still to come"] * len(old)
+        new = _verdict_row(description, table) if EXCLUDED in table else ["rerun still to come"] * len(old)
         rows += [[old[0] if i == 1 else "", VERDICT_HEADER[i], old[i], new[i]] for i in range(1, len(VERDICT_HEADER))]
     return _table(["task, budget", "figure", "before the fixes", "after them"], rows)
 
