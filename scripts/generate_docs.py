@@ -205,6 +205,7 @@ def results_parts() -> dict[str, str]:
         "screen": digest.screen_digest(RESULTS / "budget" / "difficulty_screen.csv"),
         "lr-sweep-binding": digest.lr_sweep_digest(RESULTS / "budget_lr_sweep"),
         "lr-sweep-default-mix": digest.lr_sweep_digest(RESULTS / "budget_default_mix_lr_sweep"),
+        "lr-sweep-allocators": digest.lr_sweep_digest(RESULTS / "budget_allocators_lr_sweep"),
         "frontier": digest.frontier_digest(RESULTS / "frontier"),
         "frontier-at-cgrpo": digest.frontier_at_cgrpo_digest(RESULTS / "frontier"),
         "by-method-long": digest.by_method_digest(RESULTS / "long"),

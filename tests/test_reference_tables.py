@@ -136,8 +136,11 @@ def test_budget_reference_tables_match_their_config(folder, configs):
     assert per_seed["prompt_set"].nunique() == per_seed["qhat"].nunique() == len(config["seeds"])
 
 
-# The default mix joins when its rerun under the budget's schedule lands (issue #54); its folder's runs predate it.
-@pytest.mark.parametrize(("folder", "configs"), [("budget", ("budget.yaml",))], ids=["binding_mix"])
+@pytest.mark.parametrize(
+    ("folder", "configs"),
+    [("budget", ("budget.yaml",)), ("budget_default_mix", ("budget.yaml", "overrides/budget_default_mix.yaml"))],
+    ids=["binding_mix", "default_mix"],
+)
 def test_every_budget_run_follows_one_learning_rate_schedule_by_budget_share(folder, configs):
     budget = merged_config(*configs)["budget"]
     recorded = pd.read_csv(REFERENCE / folder / "learning_curve.csv")
@@ -167,8 +170,13 @@ def test_every_budget_run_follows_one_learning_rate_schedule_by_budget_share(fol
             ("budget.yaml", "overrides/budget_default_mix.yaml"),
             ("overrides/lr_sweep.yaml", "overrides/lr_sweep_default_mix.yaml"),
         ),
+        (
+            "budget_allocators_lr_sweep",
+            ("budget.yaml", "overrides/budget_allocators.yaml"),
+            ("overrides/lr_sweep.yaml", "overrides/lr_sweep_allocators.yaml"),
+        ),
     ],
-    ids=["binding", "default_mix"],
+    ids=["binding", "default_mix", "allocators"],
 )
 def test_a_budget_configs_learning_rates_are_its_sweeps_choice_on_validation_prompts(folder, configs, sweep_configs):
     """A budget config's learning_rates.by_method are the rates its committed sweep chose (results/reference/<folder>,
@@ -181,4 +189,6 @@ def test_a_budget_configs_learning_rates_are_its_sweeps_choice_on_validation_pro
     rates = sweep.groupby("method")["learning rate multiple"].nunique()
     assert (rates >= 3).sum() >= 4 and len(sweep_config["seeds"]) >= 3
     chosen = sweep[sweep["chosen"]].drop_duplicates("method").set_index("method")["learning rate"]
-    assert chosen.to_dict() == pytest.approx(config["learning_rates"]["by_method"])
+    # Configs merge deeply, so a config over config/budget.yaml also holds its rates for methods it does not run.
+    by_method = config["learning_rates"]["by_method"]
+    assert chosen.to_dict() == pytest.approx({method: by_method.get(method) for method in chosen.index})
