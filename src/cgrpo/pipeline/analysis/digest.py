@@ -207,9 +207,8 @@ def confounds_digest(before: Mapping[str, Path], after: Mapping[str, Path]) -> s
         raise ValueError(f"the runs before and after the fixes name different experiments: {set(before) ^ set(after)}")
     rows = []
     for description in before:
-        old, table = _verdict_row(description, _comparison(before[description])), _comparison(after[description])
-        # A folder whose table predates the fixes (no calibration-excluded column) is still the run before them.
-        new = _verdict_row(description, table) if EXCLUDED in table else ["rerun still to come"] * len(old)
+        old = _verdict_row(description, _comparison(before[description]))
+        new = _verdict_row(description, _comparison(after[description]))
         rows += [[old[0] if i == 1 else "", VERDICT_HEADER[i], old[i], new[i]] for i in range(1, len(VERDICT_HEADER))]
     return _table(["task, budget", "figure", "before the fixes", "after them"], rows)
 
